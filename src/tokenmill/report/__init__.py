@@ -1,0 +1,1 @@
+"""Tables and figures. Turns computed values into things people read; computes nothing itself."""

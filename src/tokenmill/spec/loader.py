@@ -1,0 +1,101 @@
+"""Load a ``ModelSpec`` from a preset name, a ``config.json`` path or a model directory."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tokenmill.errors import TokenmillError
+from tokenmill.spec.builders import InventoryBuilder
+from tokenmill.spec.config_reader import ConfigReader
+from tokenmill.spec.families import PARSERS
+from tokenmill.spec.formats import WeightFormat
+from tokenmill.spec.model import ModelSpec
+from tokenmill.spec.presets import PRESETS, Preset
+from tokenmill.spec.quantization import quant_rules
+
+# Wrappers whose language model sits in ``text_config``.
+_TEXT_WRAPPERS = {"kimi_k3", "kimi_vl", "qwen3_5_moe_vl", "llava", "mistral3"}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise TokenmillError(f"cannot read model config {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise TokenmillError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise TokenmillError(f"{path}: a config.json must hold a JSON object")
+    return data
+
+
+def model_from_config(
+    config: dict[str, Any],
+    name: str,
+    source: str = "config.json",
+    expert_format: WeightFormat | None = None,
+    preset: Preset | None = None,
+) -> ModelSpec:
+    """Build a spec from a parsed config dict (reading ``text_config`` where the model nests it)."""
+    top_type = config.get("model_type")
+    if not isinstance(top_type, str):
+        raise TokenmillError(f"{source}: field 'model_type' is missing")
+    text = config
+    if isinstance(config.get("text_config"), dict) and (top_type in _TEXT_WRAPPERS or top_type not in PARSERS):
+        text = config["text_config"]
+    model_type = text.get("model_type", top_type)
+    if not isinstance(model_type, str) or model_type not in PARSERS:
+        known = ", ".join(sorted(PARSERS))
+        raise TokenmillError(f"{source}: unknown model_type {model_type!r} (supported: {known})")
+    reader = ConfigReader(text, source if text is config else f"{source} [text_config]", model_type)
+    # Quantization may sit at the top level or in text_config.
+    qsource = text if "quantization_config" in text else config
+    rules = quant_rules(qsource, source)
+    builder = InventoryBuilder(rules, expert_format)
+    parsed = PARSERS[model_type](reader, builder, config)
+    notes = list(parsed.notes)
+    if expert_format is not None:
+        notes.append(f"routed experts overridden to {expert_format.value}")
+    return ModelSpec(
+        name=name,
+        model_type=top_type if top_type != model_type else model_type,
+        family=parsed.family,
+        hidden_size=parsed.hidden_size,
+        vocab_size=parsed.vocab_size,
+        layers=tuple(parsed.layers),
+        tensors=tuple(builder.tensors),
+        max_context=parsed.max_context,
+        gqa=parsed.gqa,
+        mla=parsed.mla,
+        linear=parsed.linear,
+        moe=parsed.moe,
+        dense_intermediate=parsed.dense_intermediate,
+        num_nextn_layers=parsed.num_nextn_layers,
+        hf_id=preset.hf_id if preset else None,
+        multimodal="vision_config" in config,
+        reasoning_parser=preset.reasoning_parser if preset else None,
+        tool_call_parser=preset.tool_call_parser if preset else None,
+        notes=tuple(notes),
+    )
+
+
+def load_model(ref: str, expert_format: WeightFormat | str | None = None) -> ModelSpec:
+    """A preset name (``kimi-k3``), a path to a ``config.json``, or a directory holding one."""
+    fmt = WeightFormat.parse(expert_format) if isinstance(expert_format, str) else expert_format
+    key = ref.strip().lower()
+    if key in PRESETS:
+        preset = PRESETS[key]
+        text = (resources.files("tokenmill.spec") / "presets" / preset.file).read_text()
+        return model_from_config(json.loads(text), preset.name, f"preset {preset.name}", fmt, preset)
+    path = Path(ref)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.exists():
+        known = ", ".join(sorted(PRESETS))
+        raise TokenmillError(f"--model {ref!r} is neither a preset ({known}) nor a config.json path or model directory")
+    config = _read_json(path)
+    name = path.parent.name if path.name == "config.json" else path.stem.removesuffix("_config")
+    return model_from_config(config, name, str(path), fmt)
