@@ -173,7 +173,7 @@ def _print_plan(plan: Any, explain: bool) -> None:
     if explain:
         con.print("[bold]explain[/bold]")
         for line in plan.explain:
-            con.print("  " + line, highlight=False, markup=False)
+            con.print("  " + line, highlight=False, markup=False, soft_wrap=True)
     con.print("[bold]launch (SGLang)[/bold]")
     con.print(plan.to_dict()["launch_command"], highlight=False, markup=False, soft_wrap=True)
 

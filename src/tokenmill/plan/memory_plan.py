@@ -192,7 +192,7 @@ def plan_memory(model: ModelSpec, gpu: GPU, gpus: int, layout: Layout) -> Memory
         rest -= reserves.multimodal_bytes
         budget_line = (
             f"rest = mem_fraction_static {layout.mem_fraction_static} × free before load {_g(free_before)}"
-            f" − weights {_g(weights)} × (1 + loader overhead) {_g(reserves.weight_overhead_bytes)}"
+            f" − weights {_g(weights)} − loader overhead {_g(reserves.weight_overhead_bytes)}"
             f" − multimodal cache {_g(reserves.multimodal_bytes)} = {_g(rest)}"
         )
     sizes = cache_sizes(model, layout)
