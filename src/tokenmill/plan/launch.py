@@ -58,13 +58,13 @@ def sglang_command(plan: MemoryPlan, nnodes: int) -> str:
     if lay.page_size != 64:
         mem += ["--page-size", str(lay.page_size)]
     parts.append(mem)
+    if lay.prefix_cache is PrefixCache.OFF:
+        parts.append(["--disable-radix-cache"])
     if m.is_hybrid:
         hyb: list[str] = []
         if plan.pools.pool_ratio is not None:
             hyb += ["--mamba-full-memory-ratio", _fmt_ratio(plan.pools.pool_ratio)]
-        if lay.prefix_cache is PrefixCache.OFF:
-            hyb += ["--disable-radix-cache"]
-        elif lay.prefix_cache is not PrefixCache.EXTRA_BUFFER:
+        if lay.prefix_cache not in (PrefixCache.EXTRA_BUFFER, PrefixCache.OFF):
             hyb += ["--mamba-radix-cache-strategy", lay.prefix_cache.value]
         if lay.state_dtype is StateDtype.BF16:
             hyb += ["--mamba-ssm-dtype", "bfloat16"]

@@ -12,7 +12,8 @@
   gives up to 1 GiB on B300 with CUDA IPC).
 
 These three values were chosen so that the seed's two boot logs (Low-Latency TP8: 303 state
-slots, 561,728 tokens; Balanced DCP8: 101 requests, 936,448 tokens) come out within 1 %; the
+slots, 561,728 tokens; Balanced DCP8: 101 requests, 936,448 tokens) come out within 1.1 % of the
+logged token counts and exactly on the running-request caps; the
 constants are named here and printed by ``--explain``. Give ``--pool-budget-gib`` to bypass them and
 reproduce a boot log exactly.
 """

@@ -29,7 +29,8 @@ def stage_layers(num_layers: int, pp: int) -> list[range]:
     return ranges
 
 
-def _divisor(t: Tensor, layout: Layout, model: ModelSpec) -> int:
+def shard_divisor(t: Tensor, layout: Layout, model: ModelSpec) -> int:
+    """How many GPUs of one pipeline stage split tensor ``t`` under ``layout``."""
     shard = t.shard
     if shard is Shard.ATTN_TP:
         return layout.attn_tp
@@ -73,7 +74,7 @@ def weights_per_stage(model: ModelSpec, layout: Layout) -> list[StageWeights]:
                 n = 1 if s == 0 else 0
             if n == 0:
                 continue
-            div = _divisor(t, layout, model)
+            div = shard_divisor(t, layout, model)
             share = -(-(t.bytes_each * t.copies * n) // div)
             by_kind[t.kind] = by_kind.get(t.kind, 0) + share
         ordered = {k: by_kind[k] for k in TensorKind if k in by_kind}

@@ -16,6 +16,9 @@ from tokenmill.spec.model import ModelSpec
 from tokenmill.spec.presets import PRESETS, Preset
 from tokenmill.spec.quantization import quant_rules
 
+# Text-model types of multimodal wrappers that share a parser with their family.
+_TEXT_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_5_moe", "qwen3_next_text": "qwen3_next"}
+
 # Wrappers whose language model sits in ``text_config``.
 _TEXT_WRAPPERS = {"kimi_k3", "kimi_vl", "qwen3_5_moe_vl", "llava", "mistral3"}
 
@@ -44,9 +47,13 @@ def model_from_config(
     if not isinstance(top_type, str):
         raise TokenmillError(f"{source}: field 'model_type' is missing")
     text = config
-    if isinstance(config.get("text_config"), dict) and (top_type in _TEXT_WRAPPERS or top_type not in PARSERS):
-        text = config["text_config"]
+    nested = config.get("text_config")
+    if isinstance(nested, dict) and (
+        top_type in _TEXT_WRAPPERS or top_type not in PARSERS or "hidden_size" not in config
+    ):
+        text = nested
     model_type = text.get("model_type", top_type)
+    model_type = _TEXT_MODEL_TYPES.get(model_type, model_type)
     if not isinstance(model_type, str) or model_type not in PARSERS:
         known = ", ".join(sorted(PARSERS))
         raise TokenmillError(f"{source}: unknown model_type {model_type!r} (supported: {known})")

@@ -1,78 +1,22 @@
-"""``tokenmill``: one command with subcommands. Thin: parses flags, calls the packages, prints.
-
-Every bad input ends as one line on stderr naming the flag and what is allowed, with exit code 2.
-"""
-
-from __future__ import annotations
+"""``tokenmill plan``: memory and layout of a model on GPUs, the ratio calculator, layout search
+and the memory figures."""
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from tokenmill.errors import TokenmillError
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    help="Plan, simulate and serve hybrid Mixture-of-Experts language models.",
+from tokenmill.cli.options import (
+    GpuOpt,
+    GpusOpt,
+    JsonOpt,
+    ModelOpt,
+    layout_from_flags,
+    load_gpu_flag,
+    with_layout_options,
 )
-
-# --- shared option types --------------------------------------------------------------------
-ModelOpt = Annotated[str, typer.Option("--model", help="Preset name, config.json path or model directory.")]
-GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU name from `tokenmill gpus`, or a .toml file.")]
-GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the deployment.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else.")]
-
-
-def _layout_from_flags(flags: dict[str, Any], gpus: int) -> Any:
-    from tokenmill.plan import KVDtype, Layout, PrefixCache, Speculation, StateDtype
-    from tokenmill.units import gib_to_bytes
-
-    pp = flags["pp"]
-    tp = flags["tp"] if flags["tp"] is not None else max(1, gpus // max(1, pp))
-    if flags["pool_ratio"] is not None and flags["avg_request_tokens"] is not None:
-        raise TokenmillError("--pool-ratio and --avg-request-tokens are alternatives: give one")
-    try:
-        prefix = PrefixCache(flags["prefix_cache"])
-    except ValueError:
-        allowed = "|".join(p.value for p in PrefixCache)
-        raise TokenmillError(f"--prefix-cache must be one of {allowed} (got {flags['prefix_cache']!r})") from None
-    budget = flags["pool_budget_gib"]
-    if budget is not None and budget <= 0:
-        raise TokenmillError(f"--pool-budget-gib must be > 0 (got {budget})")
-    return Layout(
-        tp=tp,
-        ep=flags["ep"],
-        pp=pp,
-        dp_attention=flags["dp_attention"],
-        dcp=flags["dcp"],
-        kv_cache_dtype=KVDtype.parse(flags["kv_cache_dtype"]),
-        state_dtype=StateDtype.parse(flags["state_dtype"]) if flags["state_dtype"] else None,
-        prefix_cache=prefix,
-        speculative=Speculation.parse(flags["speculative"]),
-        replayssm=flags["replayssm"],
-        mem_fraction_static=flags["mem_fraction_static"],
-        pool_ratio=flags["pool_ratio"],
-        avg_request_tokens=flags["avg_request_tokens"],
-        max_running_requests=flags["max_running_requests"],
-        page_size=flags["page_size"],
-        moe_a2a_backend=flags["moe_a2a_backend"],
-        pool_budget_bytes=gib_to_bytes(budget) if budget is not None else None,
-    )
-
-
-def _load_gpu(name: str) -> Any:
-    from tokenmill.hardware import load_gpu
-
-    try:
-        return load_gpu(name)
-    except TokenmillError as exc:
-        raise TokenmillError(f"--gpu: {exc}") from None
+from tokenmill.errors import TokenmillError
 
 
 def _apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
@@ -178,7 +122,7 @@ def _print_plan(plan: Any, explain: bool) -> None:
     con.print(plan.to_dict()["launch_command"], highlight=False, markup=False, soft_wrap=True)
 
 
-@app.command()
+@with_layout_options
 def plan(
     action: Annotated[
         str | None, typer.Argument(help="Optional: `ratio` prints only the calculator's pool ratio.")
@@ -186,30 +130,6 @@ def plan(
     model: ModelOpt = "kimi-k3",
     gpu: GpuOpt = "b300",
     gpus: GpusOpt = 8,
-    tp: Annotated[int | None, typer.Option("--tp", help="Tensor parallel size (default: gpus / pp).")] = None,
-    ep: Annotated[int, typer.Option("--ep", help="Expert parallel size.")] = 1,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 1,
-    dp_attention: Annotated[int, typer.Option("--dp-attention", help="Attention data-parallel size (1 = off).")] = 1,
-    dcp: Annotated[int, typer.Option("--dcp", help="Decode context parallel size.")] = 1,
-    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto|bf16|fp8_e4m3")] = "auto",
-    state_dtype: Annotated[str | None, typer.Option("--state-dtype", help="fp32|bf16 (default: model's)")] = None,
-    prefix_cache: Annotated[
-        str, typer.Option("--prefix-cache", help="extra_buffer|extra_buffer_lazy|no_buffer|off")
-    ] = "extra_buffer",
-    speculative: Annotated[str, typer.Option("--speculative", help="none|dspark:B|mtp:N")] = "none",
-    replayssm: Annotated[bool, typer.Option("--replayssm/--no-replayssm", help="ReplaySSM for speculation.")] = False,
-    mem_fraction_static: Annotated[float, typer.Option("--mem-fraction-static")] = 0.85,
-    expert_format: Annotated[str | None, typer.Option("--expert-format", help="mxfp4|nvfp4|fp8|bf16")] = None,
-    pool_ratio: Annotated[float | None, typer.Option("--pool-ratio", help="State pool ÷ KV pool bytes.")] = None,
-    avg_request_tokens: Annotated[
-        int | None, typer.Option("--avg-request-tokens", help="L for the ratio calculator.")
-    ] = None,
-    max_running_requests: Annotated[int | None, typer.Option("--max-running-requests")] = None,
-    page_size: Annotated[int, typer.Option("--page-size")] = 64,
-    moe_a2a_backend: Annotated[str, typer.Option("--moe-a2a-backend", help="none|deepep|megamoe")] = "none",
-    pool_budget_gib: Annotated[
-        float | None, typer.Option("--pool-budget-gib", help="Bytes left for both pools (skips profiling).")
-    ] = None,
     json_out: JsonOpt = False,
     explain: Annotated[bool, typer.Option("--explain", help="Print the chain of terms.")] = False,
     search: Annotated[bool, typer.Option("--search", help="Enumerate and rank layouts for the GPU count.")] = False,
@@ -219,9 +139,9 @@ def plan(
         Path | None, typer.Option("--state-figure", help="State vs cache chart (.png or .svg).")
     ] = None,
     compare: Annotated[
-        list[str] | None,
-        typer.Option("--compare", help="Extra layout for the figure: 'dcp=8,pool-ratio=8.82'."),
+        list[str] | None, typer.Option("--compare", help="Extra layout for the figure: 'dcp=8,pool-ratio=8.82'.")
     ] = None,
+    layout_flags: dict[str, Any] | None = None,
 ) -> None:
     """Memory and layout of a model on GPUs: weights per GPU, the two pools, the cap, the command."""
     from tokenmill.plan import plan_memory
@@ -229,9 +149,10 @@ def plan(
 
     if action not in (None, "ratio"):
         raise TokenmillError(f"plan takes no argument but `ratio` (got {action!r})")
-    spec = load_model(model, expert_format)
-    hw = _load_gpu(gpu)
-    layout = _layout_from_flags(locals(), gpus)
+    flags = layout_flags or {}
+    spec = load_model(model, flags.get("expert_format"))
+    hw = load_gpu_flag(gpu)
+    layout = layout_from_flags(flags, gpus)
     if action == "ratio":
         _plan_ratio(spec, hw, gpus, layout, json_out)
         return
@@ -354,98 +275,3 @@ def _plan_search(spec: Any, hw: Any, gpus: int, layout: Any, json_out: bool, top
     for c in rejected[:top]:
         r.add_row(c.layout.describe(), str(c.layout.gpus_per_worker), c.reason or "")
     con.print(r)
-
-
-@app.command()
-def models(json_out: JsonOpt = False) -> None:
-    """The bundled model presets."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from tokenmill.spec import PRESETS, load_model
-    from tokenmill.units import GiB
-
-    rows: list[dict[str, Any]] = []
-    for name in PRESETS:
-        m = load_model(name)
-        counts = m.layer_kind_counts()
-        rows.append(
-            {
-                "name": name,
-                "hf_id": m.hf_id,
-                "model_type": m.model_type,
-                "family": m.family,
-                "layers": m.num_layers,
-                "layer_kinds": counts,
-                "total_params": m.total_params,
-                "active_params": m.active_params,
-                "checkpoint_bytes": m.checkpoint_bytes,
-            }
-        )
-    if json_out:
-        print(json.dumps(rows, indent=2))
-        return
-    t = Table(title="model presets")
-    for col in ("name", "model_type", "family", "layers", "params (B)", "active (B)", "checkpoint (GiB)"):
-        t.add_column(col, justify="left" if col in ("name", "model_type", "family", "layers") else "right")
-    for row in rows:
-        kinds = ", ".join(f"{v} {k}" for k, v in row["layer_kinds"].items() if not k.startswith("ffn_"))
-        t.add_row(
-            row["name"],
-            row["model_type"],
-            row["family"],
-            f"{row['layers']} ({kinds})",
-            f"{row['total_params'] / 1e9:,.1f}",
-            f"{row['active_params'] / 1e9:,.1f}",
-            f"{row['checkpoint_bytes'] / GiB:,.1f}",
-        )
-    Console().print(t)
-
-
-@app.command()
-def gpus(json_out: JsonOpt = False) -> None:
-    """The GPU catalog."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from tokenmill.hardware import GPU_TABLE_COLUMNS, gpu_table_rows, list_gpus
-
-    catalog = list_gpus()
-    if json_out:
-        print(json.dumps([g.model_dump() for g in catalog], indent=2))
-        return
-    t = Table(title="GPU catalog (dense peak figures; GiB = 1024³ B, GB = 10⁹ B)")
-    for col in GPU_TABLE_COLUMNS:
-        t.add_column(col, justify="left" if col == "GPU" else "right")
-    for row in gpu_table_rows(catalog):
-        t.add_row(*(row[c] for c in GPU_TABLE_COLUMNS))
-    Console().print(t)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app and turn every input error into one line and exit code 2."""
-    command = typer.main.get_command(app)
-    try:
-        result = command.main(args=argv, prog_name="tokenmill", standalone_mode=False)
-    except TokenmillError as exc:
-        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
-        sys.exit(2)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.TyperException as exc:  # usage errors: unknown option, bad value, missing argument
-        print(f"error: {_one_line(exc.format_message())}", file=sys.stderr)
-        sys.exit(exc.exit_code or 2)
-    except typer.Abort:
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
-    if isinstance(result, int) and result:
-        sys.exit(result)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,59 @@
+"""``tokenmill``: one command with subcommands. Thin: parses flags, calls the packages, prints.
+
+Every bad input ends as one line on stderr naming the flag and what is allowed, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from tokenmill.errors import TokenmillError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Plan, simulate and serve hybrid Mixture-of-Experts language models.",
+)
+
+
+def _register() -> None:
+    from tokenmill.cli import catalog_cmd, plan_cmd
+    from tokenmill.cli import sim_cmd as sim_cmd
+
+    app.command("plan")(plan_cmd.plan)
+    app.command("simulate")(sim_cmd.simulate)
+    app.command("sweep")(sim_cmd.sweep)
+    app.command("models")(catalog_cmd.models)
+    app.command("gpus")(catalog_cmd.gpus)
+
+
+_register()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app and turn every input error into one line and exit code 2."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="tokenmill", standalone_mode=False)
+    except TokenmillError as exc:
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.TyperException as exc:  # usage errors: unknown option, bad value, missing argument
+        print(f"error: {_one_line(exc.format_message())}", file=sys.stderr)
+        sys.exit(exc.exit_code or 2)
+    except typer.Abort:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    if isinstance(result, int) and result:
+        sys.exit(result)

@@ -1,0 +1,3 @@
+from tokenmill.cli import main
+
+main()

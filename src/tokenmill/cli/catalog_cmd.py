@@ -1,0 +1,70 @@
+"""``tokenmill models`` and ``tokenmill gpus``: the bundled model presets and the GPU catalog."""
+
+import json
+from typing import Any
+
+from tokenmill.cli.options import JsonOpt
+
+
+def models(json_out: JsonOpt = False) -> None:
+    """The bundled model presets."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tokenmill.spec import PRESETS, load_model
+    from tokenmill.units import GiB
+
+    rows: list[dict[str, Any]] = []
+    for name in PRESETS:
+        m = load_model(name)
+        counts = m.layer_kind_counts()
+        rows.append(
+            {
+                "name": name,
+                "hf_id": m.hf_id,
+                "model_type": m.model_type,
+                "family": m.family,
+                "layers": m.num_layers,
+                "layer_kinds": counts,
+                "total_params": m.total_params,
+                "active_params": m.active_params,
+                "checkpoint_bytes": m.checkpoint_bytes,
+            }
+        )
+    if json_out:
+        print(json.dumps(rows, indent=2))
+        return
+    t = Table(title="model presets")
+    for col in ("name", "model_type", "family", "layers", "params (B)", "active (B)", "checkpoint (GiB)"):
+        t.add_column(col, justify="left" if col in ("name", "model_type", "family", "layers") else "right")
+    for row in rows:
+        kinds = ", ".join(f"{v} {k}" for k, v in row["layer_kinds"].items() if not k.startswith("ffn_"))
+        t.add_row(
+            row["name"],
+            row["model_type"],
+            row["family"],
+            f"{row['layers']} ({kinds})",
+            f"{row['total_params'] / 1e9:,.1f}",
+            f"{row['active_params'] / 1e9:,.1f}",
+            f"{row['checkpoint_bytes'] / GiB:,.1f}",
+        )
+    Console().print(t)
+
+
+def gpus(json_out: JsonOpt = False) -> None:
+    """The GPU catalog."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tokenmill.hardware import GPU_TABLE_COLUMNS, gpu_table_rows, list_gpus
+
+    catalog = list_gpus()
+    if json_out:
+        print(json.dumps([g.model_dump() for g in catalog], indent=2))
+        return
+    t = Table(title="GPU catalog (dense peak figures; GiB = 1024³ B, GB = 10⁹ B)")
+    for col in GPU_TABLE_COLUMNS:
+        t.add_column(col, justify="left" if col == "GPU" else "right")
+    for row in gpu_table_rows(catalog):
+        t.add_row(*(row[c] for c in GPU_TABLE_COLUMNS))
+    Console().print(t)

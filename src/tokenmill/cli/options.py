@@ -1,0 +1,140 @@
+"""Options shared by several commands (model, GPU, layout), declared once.
+
+``with_layout_options`` adds the layout flags of ``tokenmill plan`` to a command's signature and
+hands them to it as one ``layout_flags`` dict, so ``plan``, ``simulate`` and ``sweep`` accept
+exactly the same flags with the same help.
+"""
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from tokenmill.errors import TokenmillError
+
+ModelOpt = Annotated[str, typer.Option("--model", help="Preset name, config.json path or model directory.")]
+GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU name from `tokenmill gpus`, or a .toml file.")]
+GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the deployment.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else.")]
+
+_LAYOUT: list[tuple[str, Any, Any]] = [
+    ("tp", Annotated[int | None, typer.Option("--tp", help="Tensor parallel size (default: gpus / pp).")], None),
+    ("ep", Annotated[int, typer.Option("--ep", help="Expert parallel size.")], 1),
+    ("pp", Annotated[int, typer.Option("--pp", help="Pipeline stages.")], 1),
+    ("dp_attention", Annotated[int, typer.Option("--dp-attention", help="Attention data-parallel size (1 = off).")], 1),
+    ("dcp", Annotated[int, typer.Option("--dcp", help="Decode context parallel size.")], 1),
+    ("kv_cache_dtype", Annotated[str, typer.Option("--kv-cache-dtype", help="auto|bf16|fp8_e4m3")], "auto"),
+    ("state_dtype", Annotated[str | None, typer.Option("--state-dtype", help="fp32|bf16 (default: model's)")], None),
+    (
+        "prefix_cache",
+        Annotated[str, typer.Option("--prefix-cache", help="extra_buffer|extra_buffer_lazy|no_buffer|off")],
+        "extra_buffer",
+    ),
+    ("speculative", Annotated[str, typer.Option("--speculative", help="none|dspark:B|mtp:N")], "none"),
+    (
+        "replayssm",
+        Annotated[bool, typer.Option("--replayssm/--no-replayssm", help="ReplaySSM for speculation.")],
+        False,
+    ),
+    ("mem_fraction_static", Annotated[float, typer.Option("--mem-fraction-static")], 0.85),
+    ("expert_format", Annotated[str | None, typer.Option("--expert-format", help="mxfp4|nvfp4|fp8|bf16")], None),
+    ("pool_ratio", Annotated[float | None, typer.Option("--pool-ratio", help="State pool ÷ KV pool bytes.")], None),
+    (
+        "avg_request_tokens",
+        Annotated[int | None, typer.Option("--avg-request-tokens", help="L for the ratio calculator.")],
+        None,
+    ),
+    ("max_running_requests", Annotated[int | None, typer.Option("--max-running-requests")], None),
+    ("page_size", Annotated[int, typer.Option("--page-size")], 64),
+    ("moe_a2a_backend", Annotated[str, typer.Option("--moe-a2a-backend", help="none|deepep|megamoe")], "none"),
+    (
+        "pool_budget_gib",
+        Annotated[float | None, typer.Option("--pool-budget-gib", help="Bytes left for both pools (skips profiling).")],
+        None,
+    ),
+]
+LAYOUT_KEYS = tuple(name for name, _, _ in _LAYOUT)
+
+
+def with_layout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Append the layout flags to ``fn``'s CLI signature; ``fn`` gets them as ``layout_flags``."""
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.name != "layout_flags"]
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
+        for name, ann, default in _LAYOUT
+    ]
+    positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    keyword = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in params
+        if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        flags = {k: kwargs.pop(k) for k in LAYOUT_KEYS if k in kwargs}
+        return fn(*args, layout_flags=flags, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=[*positional, *keyword, *extra])  # type: ignore[attr-defined]
+    return wrapper
+
+
+def layout_from_flags(flags: dict[str, Any], gpus: int) -> Any:
+    """A ``Layout`` from the shared flags, with one-line errors naming the flag."""
+    from tokenmill.plan import KVDtype, Layout, PrefixCache, Speculation, StateDtype
+    from tokenmill.units import gib_to_bytes
+
+    pp = flags["pp"]
+    tp = flags["tp"] if flags["tp"] is not None else max(1, gpus // max(1, pp))
+    if flags["pool_ratio"] is not None and flags["avg_request_tokens"] is not None:
+        raise TokenmillError("--pool-ratio and --avg-request-tokens are alternatives: give one")
+    try:
+        prefix = PrefixCache(flags["prefix_cache"])
+    except ValueError:
+        allowed = "|".join(p.value for p in PrefixCache)
+        raise TokenmillError(f"--prefix-cache must be one of {allowed} (got {flags['prefix_cache']!r})") from None
+    budget = flags["pool_budget_gib"]
+    if budget is not None and budget <= 0:
+        raise TokenmillError(f"--pool-budget-gib must be > 0 (got {budget})")
+    return Layout(
+        tp=tp,
+        ep=flags["ep"],
+        pp=pp,
+        dp_attention=flags["dp_attention"],
+        dcp=flags["dcp"],
+        kv_cache_dtype=KVDtype.parse(flags["kv_cache_dtype"]),
+        state_dtype=StateDtype.parse(flags["state_dtype"]) if flags["state_dtype"] else None,
+        prefix_cache=prefix,
+        speculative=Speculation.parse(flags["speculative"]),
+        replayssm=flags["replayssm"],
+        mem_fraction_static=flags["mem_fraction_static"],
+        pool_ratio=flags["pool_ratio"],
+        avg_request_tokens=flags["avg_request_tokens"],
+        max_running_requests=flags["max_running_requests"],
+        page_size=flags["page_size"],
+        moe_a2a_backend=flags["moe_a2a_backend"],
+        pool_budget_bytes=gib_to_bytes(budget) if budget is not None else None,
+    )
+
+
+def load_gpu_flag(name: str) -> Any:
+    from tokenmill.hardware import load_gpu
+
+    try:
+        return load_gpu(name)
+    except TokenmillError as exc:
+        raise TokenmillError(f"--gpu: {exc}") from None
+
+
+def build_plan(model: str, gpu: str, gpus: int, flags: dict[str, Any]) -> Any:
+    """Model, GPU and layout flags → a ``MemoryPlan`` (the common first step of several commands)."""
+    from tokenmill.plan import plan_memory
+    from tokenmill.spec import load_model
+
+    spec = load_model(model, flags.get("expert_format"))
+    hw = load_gpu_flag(gpu)
+    layout = layout_from_flags(flags, gpus)
+    return plan_memory(spec, hw, gpus, layout)

@@ -1,0 +1,330 @@
+"""``tokenmill simulate`` and ``tokenmill sweep``: a deployment under traffic on the virtual clock."""
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tokenmill.cli.options import GpuOpt, GpusOpt, JsonOpt, ModelOpt, build_plan, with_layout_options
+from tokenmill.errors import TokenmillError
+
+WorkloadOpt = Annotated[
+    str, typer.Option("--workload", help="fresh|long-session|random|agentic|interference|trace:PATH")
+]
+RateOpt = Annotated[float | None, typer.Option("--rate", help="Poisson arrivals per second.")]
+ConcOpt = Annotated[int | None, typer.Option("--concurrency", help="Closed loop: requests in flight.")]
+DurationOpt = Annotated[float | None, typer.Option("--duration", help="Seconds of arrivals.")]
+NumOpt = Annotated[int | None, typer.Option("--num-requests", help="Requests (sessions for agentic).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random choice.")]
+TtftOpt = Annotated[float, typer.Option("--slo-ttft-ms", help="SLO: time to first token.")]
+TpotOpt = Annotated[float, typer.Option("--slo-tpot-ms", help="SLO: mean time per output token.")]
+AcceptOpt = Annotated[
+    float | None, typer.Option("--accept-length", help="Tokens accepted per verify pass (default: 2.7 DSPARK).")
+]
+
+
+def _accept_length(plan: Any, given: float | None) -> float:
+    spec = plan.layout.speculative
+    if given is not None:
+        if given < 1 or (spec.enabled and given > spec.num_draft_tokens):
+            raise TokenmillError(f"--accept-length must be between 1 and the verify width (got {given})")
+        return given
+    if not spec.enabled:
+        return 1.0
+    return 2.7 if spec.algorithm == "dspark" else 1.0 + 0.75 * spec.tokens
+
+
+def _workload(
+    name: str,
+    plan: Any,
+    rate: float | None,
+    concurrency: int | None,
+    duration: float | None,
+    num: int | None,
+    seed: int,
+    extra: dict[str, Any],
+) -> Any:
+    from tokenmill.workload.catalog import WorkloadOptions, make_workload
+
+    block = plan.layout.page_size * plan.layout.dcp
+    opts = WorkloadOptions(
+        rate=rate,
+        concurrency=concurrency,
+        duration_s=duration,
+        num_requests=num,
+        seed=seed,
+        block_tokens=block,
+        **extra,
+    )
+    return make_workload(name, opts)
+
+
+def _slo(ttft_ms: float, tpot_ms: float) -> Any:
+    from tokenmill.workload.slo import SLO
+
+    if ttft_ms <= 0 or tpot_ms <= 0:
+        raise TokenmillError("--slo-ttft-ms and --slo-tpot-ms must be > 0")
+    return SLO(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+
+
+def _print_summary(summary: dict[str, Any], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, show_edge=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in summary.items():
+        if isinstance(v, float):
+            t.add_row(k, f"{v:,.4f}" if abs(v) < 1 else f"{v:,.2f}")
+        elif isinstance(v, int | str):
+            t.add_row(k, f"{v:,}" if isinstance(v, int) else v)
+    Console().print(t)
+
+
+@with_layout_options
+def simulate(
+    model: ModelOpt = "kimi-k3",
+    gpu: GpuOpt = "b300",
+    gpus: GpusOpt = 8,
+    workload: WorkloadOpt = "fresh",
+    rate: RateOpt = None,
+    concurrency: ConcOpt = None,
+    duration: DurationOpt = None,
+    num_requests: NumOpt = None,
+    seed: SeedOpt = 0,
+    isl: Annotated[int, typer.Option("--isl", help="random: input length.")] = 1024,
+    osl: Annotated[int, typer.Option("--osl", help="random: output length.")] = 1024,
+    sessions: Annotated[int, typer.Option("--sessions", help="long-session: sessions.")] = 4,
+    turns: Annotated[int, typer.Option("--turns", help="long-session: turns per session (first included).")] = 4,
+    probe_tokens: Annotated[
+        list[int] | None, typer.Option("--probe-tokens", help="interference: prompt tokens (repeatable).")
+    ] = None,
+    accept_length: AcceptOpt = None,
+    chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", help="Chunked-prefill size.")] = 16384,
+    mixed_chunk: Annotated[bool, typer.Option("--mixed-chunk", help="Run decodes inside prefill steps.")] = False,
+    max_time: Annotated[float | None, typer.Option("--max-time", help="Stop the clock (simulated s).")] = None,
+    slo_ttft_ms: TtftOpt = 2000.0,
+    slo_tpot_ms: TpotOpt = 25.0,
+    requests_out: Annotated[
+        Path | None, typer.Option("--requests-out", help="Per-request rows (.csv/.parquet).")
+    ] = None,
+    figure: Annotated[Path | None, typer.Option("--figure", help="Timeline figure (.png or .svg).")] = None,
+    json_out: JsonOpt = False,
+    layout_flags: dict[str, Any] | None = None,
+) -> None:
+    """Simulate a deployment under a workload: bench_serving's summary plus SLO attainment."""
+    from tokenmill.sim import SimOptions
+    from tokenmill.sim import simulate as run
+    from tokenmill.sim.summary import interference_loss, request_rows, simulation_summary, write_request_rows
+
+    plan = build_plan(model, gpu, gpus, layout_flags or {})
+    if chunk_tokens <= 0:
+        raise TokenmillError(f"--chunk-tokens must be positive (got {chunk_tokens})")
+    slo = _slo(slo_ttft_ms, slo_tpot_ms)
+    options = SimOptions(
+        chunk_tokens=chunk_tokens,
+        accept_length=_accept_length(plan, accept_length),
+        mixed_chunk=mixed_chunk,
+        max_time_s=max_time,
+    )
+    probes = probe_tokens or [8400]
+    runs: list[tuple[str, Any, Any]] = []
+    for probe in probes if workload == "interference" else [0]:
+        extra: dict[str, Any] = {"isl": isl, "osl": osl, "sessions": sessions, "turns": turns}
+        if workload == "interference":
+            extra["probe_tokens"] = probe
+        wl = _workload(workload, plan, rate, concurrency, duration, num_requests, seed, extra)
+        result = run(plan, wl, options)
+        summary = simulation_summary(result, slo, expected=len(wl.requests))
+        if workload == "interference":
+            summary["stream_output_loss"] = round(interference_loss(result), 4)
+            summary["probe_tokens"] = probe
+        label = f"{probe:,}-token prompts" if workload == "interference" else workload
+        runs.append((label, result, summary))
+    if requests_out is not None:
+        write_request_rows(request_rows(runs[0][1], slo), requests_out)
+    if figure is not None:
+        from tokenmill.report.sim_figures import timeline_figure
+
+        timeline_figure(
+            [(label, res) for label, res, _ in runs],
+            figure,
+            title=f"{plan.model.name} {plan.layout.describe()} on {gpus}×{plan.gpu.name}: {workload}",
+        )
+    if json_out:
+        out: Any = runs[0][2] if len(runs) == 1 else {label: s for label, _, s in runs}
+        print(json.dumps(out, indent=2, sort_keys=False))
+        return
+    for label, _, summary in runs:
+        _print_summary(summary, f"{plan.model.name} {plan.layout.describe()} ×{plan.replicas}: {label}")
+
+
+def _parse_list(text: str | None, flag: str, cast: Any) -> list[Any]:
+    if not text:
+        return []
+    try:
+        values = [cast(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise TokenmillError(f"{flag} must be a comma-separated list of numbers (got {text!r})") from None
+    if any(v <= 0 for v in values):
+        raise TokenmillError(f"{flag} values must be > 0 (got {text!r})")
+    return values
+
+
+@with_layout_options
+def sweep(
+    model: ModelOpt = "kimi-k3",
+    gpu: GpuOpt = "b300",
+    gpus: GpusOpt = 8,
+    workload: WorkloadOpt = "fresh",
+    rates: Annotated[str | None, typer.Option("--rates", help="Poisson rates to run, e.g. 0.3,0.5,0.7.")] = None,
+    find_sustained: Annotated[bool, typer.Option("--find-sustained", help="Bisect for the sustained rate.")] = False,
+    concurrencies: Annotated[
+        str | None, typer.Option("--concurrencies", help="Closed-loop points, e.g. 1,16,64.")
+    ] = None,
+    duration: Annotated[float, typer.Option("--duration", help="Seconds of arrivals per rate point.")] = 240.0,
+    num_requests: Annotated[int, typer.Option("--num-requests", help="Requests per concurrency point.")] = 128,
+    seed: SeedOpt = 0,
+    target: Annotated[float, typer.Option("--target", help="Attainment the sustained rate must keep.")] = 0.95,
+    rate_lo: Annotated[float, typer.Option("--rate-lo")] = 0.1,
+    rate_hi: Annotated[float, typer.Option("--rate-hi")] = 4.0,
+    accept_length: AcceptOpt = None,
+    compare: Annotated[
+        list[str] | None, typer.Option("--compare", help="Another layout: 'dcp=8,pool-ratio=8.82'.")
+    ] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="Names of the layouts, in order.")] = None,
+    slo_ttft_ms: TtftOpt = 2000.0,
+    slo_tpot_ms: TpotOpt = 25.0,
+    figure: Annotated[Path | None, typer.Option("--figure", help="Attainment against rate (.png/.svg).")] = None,
+    latency_figure: Annotated[
+        Path | None, typer.Option("--latency-figure", help="Latency against concurrency (.png/.svg).")
+    ] = None,
+    json_out: JsonOpt = False,
+    layout_flags: dict[str, Any] | None = None,
+) -> None:
+    """SLO attainment against arrival rate (and latency against concurrency) for one or more layouts."""
+    from rich.progress import Progress
+
+    from tokenmill.cli.plan_cmd import _apply_overrides
+    from tokenmill.plan import plan_memory
+    from tokenmill.sim import SimOptions
+    from tokenmill.sim import simulate as run
+    from tokenmill.sim.summary import simulation_summary
+    from tokenmill.workload.sustained import find_sustained_rate
+
+    base = build_plan(model, gpu, gpus, layout_flags or {})
+    slo = _slo(slo_ttft_ms, slo_tpot_ms)
+    rate_list = _parse_list(rates, "--rates", float)
+    conc_list = _parse_list(concurrencies, "--concurrencies", int)
+    if not rate_list and not conc_list and not find_sustained:
+        raise TokenmillError("sweep needs --rates, --concurrencies or --find-sustained")
+    if duration <= 0:
+        raise TokenmillError(f"--duration must be > 0 (got {duration})")
+    plans = [base]
+    for item in compare or []:
+        layout, n = _apply_overrides(base.layout, item, gpus)
+        plans.append(plan_memory(base.model, base.gpu, n, layout))
+    names = list(label or [])
+    names += [p.layout.describe() for p in plans[len(names) :]]
+    results: dict[str, Any] = {"slo": {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}, "layouts": {}}
+    show = not json_out and sys.stderr.isatty()
+    with Progress(disable=not show, transient=True) as progress:
+        for name, plan in zip(names, plans, strict=True):
+            if not plan.fits:
+                raise TokenmillError(f"layout {name!r} does not fit: {plan.reason}")
+            opts = SimOptions(accept_length=_accept_length(plan, accept_length), max_time_s=duration + 300.0)
+            entry: dict[str, Any] = {"rates": [], "concurrency": []}
+            task = progress.add_task(name, total=len(rate_list) + len(conc_list) + (12 if find_sustained else 0))
+
+            def attainment(
+                r: float, plan: Any = plan, opts: Any = opts, entry: dict[str, Any] = entry, task: Any = task
+            ) -> float:
+                wl = _workload(workload, plan, r, None, duration, None, seed, {})
+                s = simulation_summary(run(plan, wl, opts), slo, expected=len(wl.requests))
+                entry["rates"].append(
+                    {
+                        "rate": r,
+                        "slo_attainment": s["slo_attainment"],
+                        "mean_ttft_ms": s["mean_ttft_ms"],
+                        "mean_tpot_ms": s["mean_tpot_ms"],
+                        "completed": s["completed"],
+                    }
+                )
+                progress.advance(task)
+                return float(s["slo_attainment"])
+
+            for r in rate_list:
+                attainment(r)
+            if find_sustained:
+                found = find_sustained_rate(attainment, rate_lo, rate_hi, target=target)
+                entry["sustained_rate"] = found.rate
+            for c in conc_list:
+                wl = _workload(workload, plan, None, c, None, max(num_requests, c), seed, {})
+                s = simulation_summary(
+                    run(plan, wl, opts.__class__(accept_length=opts.accept_length)), slo, expected=len(wl.requests)
+                )
+                entry["concurrency"].append(
+                    {
+                        k: s[k]
+                        for k in (
+                            "mean_ttft_ms",
+                            "median_ttft_ms",
+                            "mean_tpot_ms",
+                            "median_tpot_ms",
+                            "request_throughput",
+                            "input_throughput",
+                            "output_throughput",
+                        )
+                    }
+                    | {"concurrency": c}
+                )
+                progress.advance(task)
+            entry["rates"].sort(key=lambda p: p["rate"])
+            results["layouts"][name] = entry
+    if figure is not None:
+        from tokenmill.report.sim_figures import attainment_figure
+
+        attainment_figure(results, figure, target, title=f"{base.model.name} on {gpus}×{base.gpu.name}: {workload}")
+    if latency_figure is not None:
+        from tokenmill.report.sim_figures import latency_figure as draw
+
+        draw(results, latency_figure, title=f"{base.model.name} on {gpus}×{base.gpu.name}: {workload}")
+    if json_out:
+        print(json.dumps(results, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    for name, entry in results["layouts"].items():
+        if entry["rates"]:
+            t = Table(title=f"{name}: SLO attainment (TTFT ≤ {slo_ttft_ms:g} ms, TPOT ≤ {slo_tpot_ms:g} ms)")
+            for col in ("rate (req/s)", "attainment", "mean TTFT ms", "mean TPOT ms", "completed"):
+                t.add_column(col, justify="right")
+            for p in entry["rates"]:
+                t.add_row(
+                    f"{p['rate']:.3g}",
+                    f"{p['slo_attainment']:.1%}",
+                    f"{p['mean_ttft_ms']:,.0f}",
+                    f"{p['mean_tpot_ms']:,.1f}",
+                    str(p["completed"]),
+                )
+            con.print(t)
+        if "sustained_rate" in entry:
+            con.print(f"{name}: sustained rate {entry['sustained_rate']:.3g} req/s (≥ {target:.0%} within the SLO)")
+        if entry["concurrency"]:
+            t = Table(title=f"{name}: closed loop")
+            for col in ("concurrency", "req/s", "input tok/s", "mean TTFT ms", "mean TPOT ms"):
+                t.add_column(col, justify="right")
+            for p in entry["concurrency"]:
+                t.add_row(
+                    str(p["concurrency"]),
+                    f"{p['request_throughput']:.2f}",
+                    f"{p['input_throughput']:,.0f}",
+                    f"{p['mean_ttft_ms']:,.0f}",
+                    f"{p['mean_tpot_ms']:,.1f}",
+                )
+            con.print(t)

@@ -1,0 +1,81 @@
+"""A scheduled batch: what one engine step computes, and what the executor reports back.
+
+The executor (simulated or real) receives a ``ScheduledBatch`` and returns a ``StepResult``. The
+core never asks how the time was obtained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tokenmill.core.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillItem:
+    """Compute tokens ``[start, start + length)`` of ``request``.
+
+    ``restore_slot``: before the first chunk, copy this checkpoint state (the prefix cache's) into
+    the request's live slot. ``checkpoint_at``/``checkpoint_slot``: save the state after token
+    ``checkpoint_at`` into that slot (a block boundary inside the chunk). ``last`` chunks produce a
+    token; ``context`` is ``start`` (tokens already in the cache, a midfill when > 0).
+    """
+
+    request: Request
+    start: int
+    length: int
+    last: bool
+    restore_slot: int | None = None
+    checkpoint_at: int | None = None
+    checkpoint_slot: int | None = None
+
+    @property
+    def context(self) -> int:
+        return self.start
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeItem:
+    """Decode ``request`` at ``context`` tokens, verifying ``tokens`` tokens (speculation: draft + 1).
+
+    ``checkpoint_slot``: save the state after this step into that slot (the step crosses a block
+    boundary; the executor knows the position from the tokens it accepts)."""
+
+    request: Request
+    context: int
+    tokens: int = 1
+    checkpoint_slot: int | None = None
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    step: int
+    prefill: list[PrefillItem] = field(default_factory=list)
+    decode: list[DecodeItem] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.prefill and not self.decode
+
+    @property
+    def kind(self) -> str:
+        if self.prefill and self.decode:
+            return "mixed"
+        return "prefill" if self.prefill else "decode"
+
+    def signature(self) -> tuple[tuple[str, str, int, int], ...]:
+        """The scheduling decision, comparable across executors: (phase, rid, start, length)."""
+        items = [("prefill", p.request.rid, p.start, p.length) for p in self.prefill]
+        items += [("decode", d.request.rid, d.context, d.tokens) for d in self.decode]
+        return tuple(items)
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What the executor reports: seconds the step took, the tokens each request produced (at most
+    ``tokens`` per decode item, one per last prefill chunk; a simulator may report zeros as ids),
+    and the requests that hit a stop token."""
+
+    elapsed_s: float
+    tokens: dict[str, list[int]] = field(default_factory=dict)
+    stopped: set[str] = field(default_factory=set)

@@ -1,0 +1,146 @@
+"""KV page allocator: hands out the page ids of a paged KV cache.
+
+A page holds ``page_tokens`` tokens of KV cache for every full-attention layer. Ids are
+``0 .. num_pages - 1``. Every page is owned by exactly one party at a time: this allocator's
+free list, a running request, or the prefix cache; :meth:`KVPageAllocator.free` hands a page
+back and refuses ids it does not consider handed out (double free, unknown id).
+
+Order of handed-out ids: the free list is a stack (LIFO). A fresh allocator hands out
+``0, 1, 2, ...`` in ascending order; after that, the most recently freed pages are handed out
+first, last-freed first: ``free([a, b]); alloc(2) == [b, a]``. Everything is deterministic and O(n) in the
+number of ids of the call, never O(capacity).
+
+Under decode context parallelism the caller passes logical capacity (per-rank pages x dcp)
+and logical page size; the allocator does not care.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from tokenmill.errors import TokenmillError
+
+__all__ = ["KVPageAllocator"]
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise TokenmillError(f"{name} must be a positive integer (got {value!r})")
+    return value
+
+
+class _IdPool:
+    """Stack-based pool of integer ids ``0 .. capacity - 1`` with O(1) ownership checks."""
+
+    __slots__ = ("_capacity", "_free", "_noun", "_used")
+
+    def __init__(self, capacity: int, noun: str) -> None:
+        self._capacity = capacity
+        self._noun = noun
+        # Stack: the end of the list is handed out first, so a fresh pool yields 0, 1, 2, ...
+        self._free: list[int] = list(range(capacity - 1, -1, -1))
+        self._used = bytearray(capacity)
+
+    @property
+    def capacity(self) -> int:
+        """Total number of ids (free + used)."""
+        return self._capacity
+
+    @property
+    def num_free(self) -> int:
+        """Ids currently on the free list."""
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        """Ids currently handed out (owned by a request or a cache)."""
+        return self._capacity - len(self._free)
+
+    def is_allocated(self, ident: int) -> bool:
+        """True if ``ident`` is a valid id that is currently handed out."""
+        return 0 <= ident < self._capacity and self._used[ident] == 1
+
+    def alloc(self, n: int) -> list[int] | None:
+        """Hand out ``n`` ids, all or nothing: ``None`` (and no change) if fewer than ``n`` are free."""
+        if n < 0:
+            raise ValueError(f"cannot allocate a negative number of {self._noun}s (got {n})")
+        free = self._free
+        if n > len(free):
+            return None
+        if n == 0:
+            return []
+        out = free[-n:]
+        del free[-n:]
+        out.reverse()
+        used = self._used
+        for ident in out:
+            used[ident] = 1
+        return out
+
+    def all_allocated(self, idents: Sequence[int]) -> bool:
+        """True if every id in ``idents`` is a valid id that is currently handed out."""
+        if not idents:
+            return True
+        try:
+            return min(idents) >= 0 and all(map(self._used.__getitem__, idents))
+        except (IndexError, TypeError):
+            return False
+
+    def free(self, idents: Iterable[int]) -> None:
+        """Return ids to the free list.
+
+        Atomic: if any id is unknown, not handed out (double free) or repeated within the call,
+        raises ``ValueError`` and frees nothing.
+        """
+        ids = list(idents)
+        if not ids:
+            return
+        if not self.all_allocated(ids) or len(set(ids)) != len(ids):
+            self._raise_bad_free(ids)
+        used = self._used
+        for ident in ids:
+            used[ident] = 0
+        # Stack push: the last id of this batch is the next one handed out.
+        self._free.extend(ids)
+
+    def _raise_bad_free(self, ids: list[int]) -> None:
+        cap = self._capacity
+        seen: set[int] = set()
+        for ident in ids:
+            if isinstance(ident, bool) or not isinstance(ident, int) or not 0 <= ident < cap:
+                raise ValueError(f"unknown {self._noun} id {ident!r} (valid: 0..{cap - 1})")
+            if self._used[ident] == 0:
+                raise ValueError(f"double free of {self._noun} {ident}: it is not allocated")
+            if ident in seen:
+                raise ValueError(f"double free of {self._noun} {ident}: repeated in one free() call")
+            seen.add(ident)
+        raise AssertionError("unreachable: _raise_bad_free found nothing wrong")  # pragma: no cover
+
+
+class KVPageAllocator(_IdPool):
+    """Allocator of KV page ids ``0 .. num_pages - 1``, each holding ``page_tokens`` tokens."""
+
+    __slots__ = ("_page_tokens",)
+
+    def __init__(self, num_pages: int, page_tokens: int) -> None:
+        super().__init__(_positive_int("num_pages", num_pages), "page")
+        self._page_tokens = _positive_int("page_tokens", page_tokens)
+
+    @property
+    def num_pages(self) -> int:
+        """Capacity in pages."""
+        return self._capacity
+
+    @property
+    def page_tokens(self) -> int:
+        """Tokens per page."""
+        return self._page_tokens
+
+    def pages_for(self, tokens: int) -> int:
+        """Pages needed to hold ``tokens`` tokens: ``ceil(tokens / page_tokens)``."""
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0 (got {tokens})")
+        return -(-tokens // self._page_tokens)
+
+    def __repr__(self) -> str:
+        return f"KVPageAllocator(num_pages={self._capacity}, page_tokens={self._page_tokens}, free={self.num_free})"

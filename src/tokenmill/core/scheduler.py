@@ -1,0 +1,424 @@
+"""The scheduler: continuous batching over two pools, as SGLang's scheduler does it.
+
+Each step is either a **prefill** step or a **decode** step (SGLang's default; ``mixed_chunk``
+adds the running decodes to a prefill step). Prefill has priority: new requests are admitted in
+arrival order while all of these hold:
+
+- running requests stay under the running-request cap (the plan's ``max_running_requests``);
+- the prompt's pages fit in free + evictable KV pages after reserving ``new_token_ratio`` of every
+  running request's remaining output (SGLang's ``PrefillAdder`` budget);
+- a hybrid model finds its live state slot and track buffers in free + evictable state slots;
+- the step's prefill tokens stay under ``chunk_tokens`` (16,384); the request that does not fit
+  whole is chunked and continues first in the next prefill step (one chunked request at a time).
+
+A request that shares a cached prefix resumes from the longest state checkpoint inside it (a
+**midfill**: new tokens on a long cached context). Decoding requests get one token per step, or
+the verify width under speculative decoding; when a decode step finds no page even after evicting
+the cache, the request with the least progress is **retracted** (its pages and slots freed, its
+prompt and answer so far recomputed later). On finish, a request hands its full blocks and its
+newest state checkpoint to the prefix cache, which evicts least-recently-used entries under
+pressure on either pool.
+
+The scheduler imports no executor, no cost model, no torch and no HTTP.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from tokenmill.core.batch import DecodeItem, PrefillItem, ScheduledBatch, StepResult
+from tokenmill.core.pages import KVPageAllocator
+from tokenmill.core.prefix_cache import HybridPrefixCache
+from tokenmill.core.request import Request, Status
+from tokenmill.core.slots import StateSlotAllocator
+from tokenmill.errors import TokenmillError
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLang clips each request's reserved output at this many tokens
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Pool sizes and policies; the simulator and the real engine build it from the same plan."""
+
+    num_pages: int  # logical KV pages (per-GPU pages × DCP)
+    page_tokens: int  # logical page size (page size × DCP)
+    num_state_slots: int = 0  # 0 for a model without linear attention
+    max_running_requests: int = 2048
+    chunk_tokens: int = 16384  # --chunked-prefill-size
+    track_slots_per_request: int = 2  # extra_buffer: 2 ping-pong buffers; lazy: 1; no_buffer/off: 0
+    prefix_cache: bool = True
+    verify_tokens: int = 1  # speculative decoding: draft tokens + 1 per verify pass
+    mixed_chunk: bool = False
+    new_token_ratio: float = 0.4
+
+    def __post_init__(self) -> None:
+        for name in ("num_pages", "page_tokens", "max_running_requests", "chunk_tokens", "verify_tokens"):
+            if getattr(self, name) <= 0:
+                raise TokenmillError(f"scheduler {name} must be positive (got {getattr(self, name)})")
+        if self.num_state_slots < 0 or self.track_slots_per_request < 0:
+            raise TokenmillError("scheduler state slot counts must not be negative")
+
+    @property
+    def hybrid(self) -> bool:
+        return self.num_state_slots > 0
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    steps: int = 0
+    prefill_steps: int = 0
+    decode_steps: int = 0
+    mixed_steps: int = 0
+    prefill_tokens: int = 0
+    midfill_tokens: int = 0  # prefill tokens computed on top of a cached prefix
+    decode_tokens: int = 0
+    retractions: int = 0
+    peak_running: int = 0
+    finished: int = 0
+    cached_tokens: int = 0
+    prompt_tokens_admitted: int = 0
+
+
+class Scheduler:
+    """Owns the waiting queue, the running set, both allocators and the prefix cache."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.pages = KVPageAllocator(config.num_pages, config.page_tokens)
+        self.slots = StateSlotAllocator(config.num_state_slots) if config.hybrid else None
+        self.cache: HybridPrefixCache | None = None
+        if config.prefix_cache:
+            self.cache = HybridPrefixCache(self.pages, self.slots, require_state=config.hybrid)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.chunked: Request | None = None
+        self.stats = SchedulerStats()
+        self._step = 0
+        self._slots_per_request = (1 + config.track_slots_per_request) if config.hybrid else 0
+        self._restore_slot: int | None = None
+
+    # --- queue ---------------------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        if request.prompt_len <= 0 or request.max_new_tokens <= 0:
+            raise TokenmillError(f"request {request.rid}: prompt and max_new_tokens must be positive")
+        need_pages = self.pages.pages_for(request.prompt_len + request.max_new_tokens)
+        if need_pages > self.config.num_pages:
+            raise TokenmillError(
+                f"request {request.rid}: {request.prompt_len + request.max_new_tokens} tokens exceed the KV pool "
+                f"({self.config.num_pages * self.config.page_tokens} tokens)"
+            )
+        request.status = Status.WAITING
+        request.prefill_target = max(request.prefill_target, request.prompt_len)
+        self.waiting.append(request)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    # --- allocation helpers --------------------------------------------------------------------
+    def _alloc_pages(self, n: int) -> list[int] | None:
+        if n <= 0:
+            return []
+        short = n - self.pages.num_free
+        if short > 0 and self.cache is not None:
+            self.cache.evict_pages(short)
+        return self.pages.alloc(n)
+
+    def _alloc_slots(self, n: int) -> list[int] | None:
+        assert self.slots is not None
+        short = n - self.slots.num_free
+        if short > 0 and self.cache is not None:
+            self.cache.evict_slots(short)
+        return self.slots.alloc(n)
+
+    def _available_pages(self) -> int:
+        free = self.pages.num_free
+        return free + (self.cache.evictable_pages if self.cache is not None else 0)
+
+    def _available_slots(self) -> int:
+        assert self.slots is not None
+        return self.slots.num_free + (self.cache.evictable_slots if self.cache is not None else 0)
+
+    def _decode_reserve_pages(self) -> int:
+        ratio = self.config.new_token_ratio
+        tokens = sum(min(r.remaining_new, CLIP_MAX_NEW_TOKENS) for r in self.running)
+        return int(tokens * ratio) // self.config.page_tokens + len(self.running)
+
+    # --- admission -----------------------------------------------------------------------------
+    def _try_admit(self, req: Request, reserve_pages: int) -> bool:
+        cfg = self.config
+        pt = cfg.page_tokens
+        target = req.prefill_target
+        resume_blocks = 0
+        match = None
+        if self.cache is not None and req.block_ids:
+            usable = min(len(req.content_blocks()), (target - 1) // pt)
+            if usable > 0:
+                match = self.cache.match(req.content_blocks()[:usable])
+                resume_blocks = match.resume_blocks
+        need_pages = self.pages.pages_for(target) - resume_blocks
+        own_reserve = int(min(req.remaining_new, CLIP_MAX_NEW_TOKENS) * cfg.new_token_ratio) // pt
+        if need_pages + own_reserve + reserve_pages > self._available_pages():
+            return False
+        if cfg.hybrid and self._slots_per_request > self._available_slots():
+            return False
+        # Commit: lock the prefix first so nothing below evicts it.
+        if match is not None and resume_blocks > 0:
+            self.cache.lock(match.handle)  # type: ignore[union-attr]
+            req.handle = match.handle
+        pages = self._alloc_pages(need_pages)
+        slots = self._alloc_slots(self._slots_per_request) if cfg.hybrid else []
+        if pages is None or slots is None:  # evictable counts were optimistic: undo
+            if pages:
+                self.pages.free(pages)
+            if slots:
+                assert self.slots is not None
+                self.slots.free(slots)
+            if req.handle is not None:
+                self.cache.unlock(req.handle)  # type: ignore[union-attr]
+                req.handle = None
+            return False
+        req.pages = (list(match.pages) if match is not None and resume_blocks else []) + pages
+        req.borrowed = resume_blocks
+        req.computed = resume_blocks * pt
+        req.cached_tokens = req.computed
+        self._restore_slot = match.state_slot if (match is not None and resume_blocks and cfg.hybrid) else None
+        if cfg.hybrid:
+            req.live_slot, req.track_slots = slots[0], slots[1:]
+        req.checkpoint_pos, req.checkpoint_slot = 0, None
+        req.status = Status.RUNNING
+        self.stats.cached_tokens += req.cached_tokens
+        self.stats.prompt_tokens_admitted += req.prefill_target
+        return True
+
+    def _checkpoint_target(self, req: Request, start: int, end: int) -> tuple[int | None, int | None]:
+        """The last block boundary in (start, end] and the track slot to save the state into."""
+        if not self.config.hybrid or not req.track_slots or self.cache is None:
+            return None, None
+        pt = self.config.page_tokens
+        boundary = (end // pt) * pt
+        if boundary <= start or boundary <= req.checkpoint_pos * pt:
+            return None, None
+        slot = self._next_track_slot(req)
+        return boundary, slot
+
+    def _next_track_slot(self, req: Request) -> int:
+        """Ping-pong: write the buffer that does not hold the newest checkpoint."""
+        for s in req.track_slots:
+            if s != req.checkpoint_slot:
+                return s
+        return req.track_slots[0]
+
+    def _prefill_item(self, req: Request, budget: int, restore: int | None) -> PrefillItem:
+        start = req.computed
+        length = min(budget, req.prefill_target - start)
+        end = start + length
+        at, slot = self._checkpoint_target(req, start, end)
+        return PrefillItem(req, start, length, end == req.prefill_target, restore, at, slot)
+
+    # --- the step ------------------------------------------------------------------------------
+    def schedule(self, now: float) -> ScheduledBatch:
+        """Decide the next step: a prefill (or mixed) step when anything can be prefilled, else decode."""
+        self._step += 1
+        batch = ScheduledBatch(self._step)
+        budget = self.config.chunk_tokens
+        if self.chunked is not None:
+            item = self._prefill_item(self.chunked, budget, None)
+            batch.prefill.append(item)
+            budget -= item.length
+            if not item.last:
+                return self._finish_schedule(batch)
+            self.chunked = None
+        if self.waiting and budget > 0:
+            reserve = self._decode_reserve_pages()
+            while self.waiting and budget > 0:
+                if len(self.running) >= self.config.max_running_requests:
+                    break
+                req = self.waiting[0]
+                self._restore_slot = None
+                if not self._try_admit(req, reserve):
+                    break
+                self.waiting.popleft()
+                req.admitted_s = now if req.admitted_s is None else req.admitted_s
+                self.running.append(req)
+                item = self._prefill_item(req, budget, self._restore_slot)
+                batch.prefill.append(item)
+                budget -= item.length
+                reserve += int(min(req.remaining_new, CLIP_MAX_NEW_TOKENS) * self.config.new_token_ratio) // (
+                    self.config.page_tokens
+                )
+                if not item.last:
+                    self.chunked = req
+                    break
+        return self._finish_schedule(batch)
+
+    def _finish_schedule(self, batch: ScheduledBatch) -> ScheduledBatch:
+        if not batch.prefill or self.config.mixed_chunk:
+            prefilling = {id(p.request) for p in batch.prefill}
+            self._schedule_decode(batch, prefilling)
+        self.stats.peak_running = max(self.stats.peak_running, len(self.running))
+        return batch
+
+    def _schedule_decode(self, batch: ScheduledBatch, prefilling: set[int]) -> None:
+        width = self.config.verify_tokens
+        pt = self.config.page_tokens
+        candidates = [r for r in self.running if not r.in_prefill and id(r) not in prefilling]
+        for req in candidates:
+            if req.status is not Status.RUNNING:
+                continue  # retracted while making room for an earlier one
+            tokens = min(width, req.remaining_new)
+            need = self.pages.pages_for(req.total_len + tokens) - len(req.pages)
+            while need > 0:
+                got = self._alloc_pages(need)
+                if got is not None:
+                    req.pages.extend(got)
+                    break
+                victim = self._pick_victim(exclude=req, prefilling=prefilling)
+                if victim is None:
+                    break
+                self._retract(victim)
+            if need > 0 and self.pages.pages_for(req.total_len + tokens) > len(req.pages):
+                self._retract(req)  # nothing else to take pages from
+                continue
+            slot = None
+            if self.config.hybrid and req.track_slots and self.cache is not None:
+                crosses = (req.total_len + tokens) // pt > req.total_len // pt
+                if crosses:
+                    slot = self._next_track_slot(req)
+            batch.decode.append(DecodeItem(req, req.total_len, tokens, slot))
+
+    def _pick_victim(self, exclude: Request, prefilling: set[int]) -> Request | None:
+        """SGLang retracts the requests with the least progress first (fewest output tokens)."""
+        best: Request | None = None
+        for r in self.running:
+            if r is exclude or id(r) in prefilling or r.in_prefill or r.status is not Status.RUNNING:
+                continue
+            if best is None or (r.output_len, -r.prompt_len) < (best.output_len, -best.prompt_len):
+                best = r
+        return best
+
+    def _retract(self, req: Request) -> None:
+        self._release(req, insert=False)
+        req.status = Status.WAITING
+        req.retractions += 1
+        req.computed = 0
+        req.prefill_target = req.prompt_len + req.output_len
+        self.running.remove(req)
+        self.waiting.appendleft(req)
+        self.stats.retractions += 1
+
+    def _release(self, req: Request, insert: bool) -> None:
+        """Give back everything a request holds; on finish, its full blocks go to the prefix cache."""
+        cache = self.cache
+        pt = self.config.page_tokens
+        pages = req.pages
+        donated: set[int] = set()
+        n_insert = 0
+        if insert and cache is not None:
+            known = req.content_blocks()
+            n_insert = min(len(known), req.computed // pt, len(pages))
+            if n_insert > 0:
+                checkpoints: dict[int, int] = {}
+                if self.config.hybrid and req.checkpoint_slot is not None and 0 < req.checkpoint_pos <= n_insert:
+                    checkpoints[req.checkpoint_pos] = req.checkpoint_slot
+                    donated.add(req.checkpoint_slot)
+                cache.insert(known[:n_insert], pages[:n_insert], checkpoints)
+            else:
+                n_insert = 0
+        # pages not handed to the tree: the request's own ones beyond the inserted prefix
+        own_from = max(req.borrowed, n_insert)
+        if len(pages) > own_from:
+            self.pages.free(pages[own_from:])
+        if req.handle is not None and cache is not None:
+            cache.unlock(req.handle)
+        req.handle = None
+        req.pages = []
+        req.borrowed = 0
+        if self.slots is not None:
+            held = [s for s in ([req.live_slot] if req.live_slot is not None else []) + req.track_slots]
+            to_free = [s for s in held if s not in donated]
+            if to_free:
+                self.slots.free(to_free)
+        req.live_slot, req.track_slots = None, []
+        req.checkpoint_slot, req.checkpoint_pos = None, 0
+
+    # --- results -------------------------------------------------------------------------------
+    def update(self, batch: ScheduledBatch, result: StepResult, end_s: float) -> list[Request]:
+        """Apply an executed step at time ``end_s``; return the requests that finished."""
+        st = self.stats
+        st.steps += 1
+        if batch.prefill and batch.decode:
+            st.mixed_steps += 1
+        elif batch.prefill:
+            st.prefill_steps += 1
+        else:
+            st.decode_steps += 1
+        finished: list[Request] = []
+        pt = self.config.page_tokens
+        for p in batch.prefill:
+            req = p.request
+            req.computed = p.start + p.length
+            st.prefill_tokens += p.length
+            if p.start > 0 and req.cached_tokens > 0:
+                st.midfill_tokens += p.length
+            if p.checkpoint_at is not None and p.checkpoint_slot is not None:
+                req.checkpoint_pos, req.checkpoint_slot = p.checkpoint_at // pt, p.checkpoint_slot
+            if p.last:
+                self._emit(req, result.tokens.get(req.rid, [0])[:1], end_s)
+                if req.rid in result.stopped or req.remaining_new <= 0:
+                    finished.append(req)
+        for d in batch.decode:
+            req = d.request
+            if req.status is not Status.RUNNING:
+                continue
+            produced = result.tokens.get(req.rid, [0])[: d.tokens] or [0]
+            before = req.total_len
+            self._emit(req, produced, end_s)
+            req.computed = req.total_len
+            st.decode_tokens += len(produced)
+            if d.checkpoint_slot is not None and req.total_len // pt > before // pt:
+                req.checkpoint_pos, req.checkpoint_slot = req.total_len // pt, d.checkpoint_slot
+            if req.rid in result.stopped or req.remaining_new <= 0:
+                finished.append(req)
+        for req in finished:
+            self._finish(req, end_s, "stop" if req.rid in result.stopped else "length")
+        return finished
+
+    def _emit(self, req: Request, tokens: list[int], t: float) -> None:
+        tokens = tokens[: max(0, req.remaining_new)]
+        if not tokens:
+            return
+        if req.first_token_s is None:
+            req.first_token_s = t
+        req.output_ids.extend(tokens)
+        req.output_len += len(tokens)
+        req.token_times.extend([t] * len(tokens))
+
+    def _finish(self, req: Request, t: float, reason: str) -> None:
+        req.computed = min(req.computed, req.total_len)
+        self._release(req, insert=True)
+        req.status = Status.FINISHED
+        req.finish_s = t
+        req.finish_reason = reason
+        self.running.remove(req)
+        if self.chunked is req:
+            self.chunked = None
+        self.stats.finished += 1
+
+    def abort(self, req: Request) -> None:
+        """Drop a request (client gone): free what it holds at once, cache nothing."""
+        if req.status is Status.WAITING:
+            if req in self.waiting:
+                self.waiting.remove(req)
+        elif req.status is Status.RUNNING:
+            self._release(req, insert=False)
+            self.running.remove(req)
+            if self.chunked is req:
+                self.chunked = None
+        req.status = Status.FINISHED
+        req.finish_reason = "abort"

@@ -1,0 +1,109 @@
+"""When open-loop requests are sent: arrival processes that match the two bench clients.
+
+``poisson_arrivals`` follows SGLang ``bench_serving``: the first request goes at t = 0, and each
+next one after a gap ~ Exp(mean 1/rate) (``np.random.exponential``). ``gamma_arrivals`` follows
+vLLM ``bench serve --burstiness``: gaps ~ Gamma(shape=b, scale=1/(rate·b)), with the first
+request delayed by a gap too, and (for a fixed count) the cumulative delays rescaled so that N
+requests span exactly N/rate. Closed-loop traffic has no arrival times; it is
+``Workload.concurrency``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from tokenmill.errors import TokenmillError
+from tokenmill.workload._checks import check_int, check_positive
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def _count_or_duration(n: int | None, duration_s: float | None) -> tuple[int | None, float | None]:
+    if (n is None) == (duration_s is None):
+        raise TokenmillError("give exactly one of n (a request count) and duration_s (a time window)")
+    if n is not None:
+        return check_int("n", n, 0), None
+    assert duration_s is not None
+    return None, check_positive("duration_s", duration_s)
+
+
+def poisson_arrivals(
+    rate: float, n: int | None = None, duration_s: float | None = None, *, seed: int = 0
+) -> FloatArray:
+    """Send times (s) of a Poisson process at ``rate`` requests/s, as SGLang bench_serving sends.
+
+    Give ``n`` for that many requests, or ``duration_s`` for every arrival in [0, duration_s).
+    ``rate = inf`` sends everything at t = 0 (bench_serving's default ``--request-rate inf``) and
+    needs ``n``.
+    """
+    r = check_positive("rate", rate, allow_inf=True)
+    count, window = _count_or_duration(n, duration_s)
+    if math.isinf(r):
+        if count is None:
+            raise TokenmillError("rate = inf sends every request at t = 0; give n, not duration_s")
+        return np.zeros(count, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    if count is not None:
+        if count == 0:
+            return np.zeros(0, dtype=np.float64)
+        gaps = rng.exponential(1.0 / r, size=count - 1)
+        return np.concatenate(([0.0], np.cumsum(gaps))).astype(np.float64)
+    assert window is not None
+    times: list[FloatArray] = [np.zeros(1, dtype=np.float64)]
+    t = 0.0
+    chunk = max(16, int(window * r * 1.2) + 16)
+    while t < window:
+        gaps = rng.exponential(1.0 / r, size=chunk)
+        more = t + np.cumsum(gaps)
+        times.append(more)
+        t = float(more[-1])
+    out = np.concatenate(times)
+    return out[out < window].astype(np.float64)
+
+
+def gamma_arrivals(
+    rate: float,
+    burstiness: float = 1.0,
+    n: int | None = None,
+    duration_s: float | None = None,
+    *,
+    seed: int = 0,
+    rescale: bool = True,
+) -> FloatArray:
+    """Send times (s) with Gamma gaps, as vLLM ``bench serve --burstiness b`` sends.
+
+    Gaps ~ Gamma(shape=b, scale=1/(rate·b)): mean 1/rate, coefficient of variation 1/√b. b = 1 is
+    Poisson, b < 1 burstier, ``b = inf`` constant gaps of 1/rate. With ``n`` and ``rescale`` the
+    cumulative delays are scaled so the last request goes at exactly n/rate, as vLLM does to
+    steady throughput across seeds; with ``duration_s`` no rescaling is possible and none is done.
+    """
+    r = check_positive("rate", rate)
+    b = check_positive("burstiness", burstiness, allow_inf=True)
+    count, window = _count_or_duration(n, duration_s)
+    rng = np.random.default_rng(seed)
+
+    def draw(size: int) -> FloatArray:
+        if math.isinf(b):
+            return np.full(size, 1.0 / r, dtype=np.float64)
+        return rng.gamma(shape=b, scale=1.0 / (r * b), size=size).astype(np.float64)
+
+    if count is not None:
+        if count == 0:
+            return np.zeros(0, dtype=np.float64)
+        delays = np.cumsum(draw(count))
+        if rescale and delays[-1] > 0:
+            delays = delays * ((count / r) / delays[-1])
+        return delays.astype(np.float64)
+    assert window is not None
+    parts: list[FloatArray] = []
+    t = 0.0
+    chunk = max(16, int(window * r * 1.2) + 16)
+    while t < window:
+        more = t + np.cumsum(draw(chunk))
+        parts.append(more)
+        t = float(more[-1])
+    out = np.concatenate(parts)
+    return out[out < window].astype(np.float64)

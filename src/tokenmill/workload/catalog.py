@@ -1,0 +1,86 @@
+"""``--workload NAME``: the named workloads of ``simulate``, ``sweep`` and ``bench``, built from
+one set of options (rate or concurrency, duration or count, seed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenmill.errors import TokenmillError
+from tokenmill.workload.request import Workload
+
+WORKLOADS = ("fresh", "long-session", "random", "agentic", "interference", "trace:PATH")
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    rate: float | None = None
+    concurrency: int | None = None
+    duration_s: float | None = None
+    num_requests: int | None = None
+    seed: int = 0
+    block_tokens: int = 64
+    isl: int = 1024
+    osl: int = 1024
+    range_ratio: float = 1.0
+    sessions: int = 4
+    turns: int = 4
+    probe_tokens: int = 8400
+
+
+def make_workload(name: str, opts: WorkloadOptions) -> Workload:
+    """Build the workload called ``name`` (one-line error naming ``--workload`` otherwise)."""
+    from tokenmill.workload import generators as gen
+
+    if opts.rate is not None and opts.rate <= 0:
+        raise TokenmillError(f"--rate must be > 0 (got {opts.rate})")
+    if opts.concurrency is not None and opts.concurrency <= 0:
+        raise TokenmillError(f"--concurrency must be a positive integer (got {opts.concurrency})")
+    if opts.rate is not None and opts.concurrency is not None:
+        raise TokenmillError("--rate and --concurrency are alternatives: give one")
+    if opts.duration_s is not None and opts.duration_s <= 0:
+        raise TokenmillError(f"--duration must be > 0 (got {opts.duration_s})")
+    if opts.num_requests is not None and opts.num_requests <= 0:
+        raise TokenmillError(f"--num-requests must be a positive integer (got {opts.num_requests})")
+    n, dur = opts.num_requests, opts.duration_s
+    if name == "fresh":
+        if opts.concurrency is not None:
+            return gen.fresh_requests(
+                n or 200, concurrency=opts.concurrency, seed=opts.seed, block_tokens=opts.block_tokens
+            )
+        rate = opts.rate if opts.rate is not None else 1.0
+        if n is None and dur is None:
+            dur = 240.0
+        return gen.fresh_requests(
+            n, rate=rate, duration_s=dur if n is None else None, seed=opts.seed, block_tokens=opts.block_tokens
+        )
+    if name == "long-session":
+        return gen.long_sessions(
+            opts.sessions, opts.turns, rate=opts.rate, seed=opts.seed, block_tokens=opts.block_tokens
+        )
+    if name == "random":
+        count = n or (int((dur or 60.0) * opts.rate) if opts.rate else 100)
+        return gen.random_requests(
+            opts.isl,
+            opts.osl,
+            max(1, count),
+            range_ratio=opts.range_ratio,
+            rate=opts.rate,
+            concurrency=opts.concurrency,
+            seed=opts.seed,
+            block_tokens=opts.block_tokens,
+        )
+    if name == "agentic":
+        sessions = n or 20
+        return gen.agentic_sessions(
+            sessions, rate=opts.rate, concurrency=opts.concurrency, seed=opts.seed, block_tokens=opts.block_tokens
+        )
+    if name == "interference":
+        return gen.interference(probe_prompt_tokens=opts.probe_tokens, seed=opts.seed, block_tokens=opts.block_tokens)
+    if name.startswith("trace:"):
+        from tokenmill.workload.traces import load_trace
+
+        path = name.removeprefix("trace:")
+        if not path:
+            raise TokenmillError("--workload trace:PATH needs a path")
+        return load_trace(path, block_tokens=opts.block_tokens, rate=opts.rate, concurrency=opts.concurrency)
+    raise TokenmillError(f"--workload must be one of {'|'.join(WORKLOADS)} (got {name!r})")

@@ -1,0 +1,124 @@
+"""KVPageAllocator: unit tests and a stateful ownership model."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from tokenmill.core.pages import KVPageAllocator
+from tokenmill.errors import TokenmillError
+
+
+def test_fresh_allocator_hands_out_ascending_ids() -> None:
+    a = KVPageAllocator(5, 16)
+    assert a.alloc(3) == [0, 1, 2]
+    assert a.alloc(2) == [3, 4]
+    assert a.num_free == 0 and a.num_used == 5
+
+
+def test_lifo_order_after_free() -> None:
+    a = KVPageAllocator(6, 16)
+    a.alloc(4)
+    a.free([1, 3])
+    assert a.alloc(1) == [3]
+    assert a.alloc(2) == [1, 4]
+
+
+def test_alloc_is_all_or_nothing() -> None:
+    a = KVPageAllocator(4, 8)
+    assert a.alloc(3) == [0, 1, 2]
+    assert a.alloc(2) is None
+    assert a.num_free == 1
+    assert a.alloc(0) == []
+    with pytest.raises(ValueError):
+        a.alloc(-1)
+
+
+def test_free_rejects_double_free_unknown_and_repeats_atomically() -> None:
+    a = KVPageAllocator(4, 8)
+    a.alloc(2)
+    with pytest.raises(ValueError, match="double free"):
+        a.free([2])
+    with pytest.raises(ValueError, match="unknown"):
+        a.free([4])
+    with pytest.raises(ValueError, match="unknown"):
+        a.free([-1])
+    with pytest.raises(ValueError, match="double free"):
+        a.free([0, 1, 0])
+    # nothing was freed by the failed calls
+    assert a.num_used == 2 and a.is_allocated(0) and a.is_allocated(1)
+    a.free([0, 1])
+    with pytest.raises(ValueError, match="double free"):
+        a.free([0])
+    assert a.num_free == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [((0, 16), "num_pages"), ((-3, 16), "num_pages"), ((4, 0), "page_tokens"), ((4, 1.5), "page_tokens")],
+)
+def test_constructor_validates(args: tuple[object, object], name: str) -> None:
+    with pytest.raises(TokenmillError, match=name):
+        KVPageAllocator(*args)  # type: ignore[arg-type]
+
+
+def test_pages_for_is_ceil() -> None:
+    a = KVPageAllocator(10, 16)
+    assert [a.pages_for(t) for t in (0, 1, 15, 16, 17, 32, 33)] == [0, 1, 1, 1, 2, 2, 3]
+    assert (a.num_pages, a.page_tokens) == (10, 16)
+    with pytest.raises(ValueError):
+        a.pages_for(-1)
+
+
+class PageAllocatorMachine(RuleBasedStateMachine):
+    """Owned ids are never handed out again; free + used == capacity; bad frees raise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.capacity = 12
+        self.alloc = KVPageAllocator(self.capacity, 4)
+        self.owned: set[int] = set()
+
+    @rule(n=st.integers(0, 14))
+    def allocate(self, n: int) -> None:
+        got = self.alloc.alloc(n)
+        if n > self.capacity - len(self.owned):
+            assert got is None
+            return
+        assert got is not None and len(got) == n and len(set(got)) == n
+        assert not set(got) & self.owned
+        assert all(0 <= p < self.capacity for p in got)
+        self.owned.update(got)
+
+    @precondition(lambda self: bool(self.owned))
+    @rule(data=st.data())
+    def free_some(self, data: st.DataObject) -> None:
+        pick = data.draw(st.lists(st.sampled_from(sorted(self.owned)), unique=True, min_size=1))
+        self.alloc.free(pick)
+        self.owned.difference_update(pick)
+
+    @rule(p=st.integers(-2, 14))
+    def bad_free(self, p: int) -> None:
+        if p in self.owned:
+            return
+        with pytest.raises(ValueError):
+            self.alloc.free([p])
+
+    @precondition(lambda self: bool(self.owned))
+    @rule(data=st.data())
+    def repeated_free_is_atomic(self, data: st.DataObject) -> None:
+        p = data.draw(st.sampled_from(sorted(self.owned)))
+        with pytest.raises(ValueError):
+            self.alloc.free([p, p])
+
+    @invariant()
+    def counts(self) -> None:
+        assert self.alloc.num_used == len(self.owned)
+        assert self.alloc.num_free + self.alloc.num_used == self.capacity
+        assert all(self.alloc.is_allocated(p) == (p in self.owned) for p in range(self.capacity))
+
+
+PageAllocatorMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestPageAllocator = PageAllocatorMachine.TestCase

@@ -1,0 +1,134 @@
+"""The scheduler with a fake executor: admission on both pools, chunking, midfill, retraction."""
+
+from __future__ import annotations
+
+from tokenmill.core import Engine, Request, ScheduledBatch, Scheduler, SchedulerConfig, Status, StepResult
+
+
+class FixedStep:
+    """An executor where every step takes 10 ms and produces one token per request."""
+
+    def execute(self, batch: ScheduledBatch) -> StepResult:
+        tokens = {p.request.rid: [1] for p in batch.prefill if p.last}
+        tokens.update({d.request.rid: [1] * d.tokens for d in batch.decode})
+        return StepResult(0.01, tokens)
+
+
+def run(engine: Engine, limit: int = 10_000) -> float:
+    t = 0.0
+    for _ in range(limit):
+        out = engine.step(t)
+        if out is None:
+            return t
+        t = out.end_s
+    raise AssertionError("did not finish")
+
+
+def blocks(tag: int, n: int) -> tuple[int, ...]:
+    return tuple(tag * 1_000_000 + i for i in range(n))
+
+
+def test_long_prompt_is_chunked_at_16384_tokens() -> None:
+    sched = Scheduler(SchedulerConfig(num_pages=2000, page_tokens=64, chunk_tokens=16384, prefix_cache=False))
+    engine = Engine(sched, FixedStep(), record_batches=True)
+    engine.add_request(Request("a", prompt_len=40_000, max_new_tokens=3))
+    run(engine)
+    prefill = [sig for sig in engine.batch_log if sig[0][0] == "prefill"]
+    assert [s[0][2:] for s in prefill] == [(0, 16384), (16384, 16384), (32768, 7232)]
+    assert sched.stats.decode_tokens == 2  # the last chunk produced the first token
+
+
+def test_state_slots_cap_concurrency() -> None:
+    # 7 slots, 3 per running request (live + 2 track buffers) -> at most 2 run at once
+    cfg = SchedulerConfig(num_pages=10_000, page_tokens=64, num_state_slots=7, track_slots_per_request=2)
+    sched = Scheduler(cfg)
+    engine = Engine(sched, FixedStep())
+    for i in range(5):
+        engine.add_request(Request(f"r{i}", prompt_len=100, max_new_tokens=20, block_ids=blocks(i, 1)))
+    peak = 0
+    t = 0.0
+    while (out := engine.step(t)) is not None:
+        peak = max(peak, sched.num_running)
+        t = out.end_s
+    assert peak == 2
+    assert sched.stats.finished == 5
+    assert sched.slots is not None and sched.slots.num_used == sched.cache.cached_slots  # type: ignore[union-attr]
+
+
+def test_running_cap_is_respected() -> None:
+    sched = Scheduler(SchedulerConfig(num_pages=10_000, page_tokens=64, max_running_requests=3, prefix_cache=False))
+    engine = Engine(sched, FixedStep())
+    for i in range(10):
+        engine.add_request(Request(f"r{i}", prompt_len=50, max_new_tokens=5))
+    t = 0.0
+    while (out := engine.step(t)) is not None:
+        assert sched.num_running <= 3
+        t = out.end_s
+    assert sched.stats.peak_running == 3
+
+
+def test_returning_turn_resumes_from_the_checkpoint_as_a_midfill() -> None:
+    cfg = SchedulerConfig(num_pages=1000, page_tokens=64, num_state_slots=20, track_slots_per_request=2)
+    sched = Scheduler(cfg)
+    engine = Engine(sched, FixedStep())
+    history = blocks(7, 40)  # 2,560 tokens of history, then 1 answer block
+    first = Request("t0", prompt_len=2560 + 10, max_new_tokens=60, block_ids=history, full_block_ids=blocks(7, 41))
+    engine.add_request(first)
+    run(engine)
+    second = Request("t1", prompt_len=2630 + 500, max_new_tokens=4, block_ids=blocks(7, 48))
+    engine.add_request(second)
+    run(engine)
+    assert second.cached_tokens == 41 * 64  # resumed at the answer's last full block
+    assert sched.stats.midfill_tokens == 3130 - 41 * 64
+    assert sched.cache is not None and sched.cache.stats.hit_blocks == 41
+
+
+def test_decode_retracts_the_least_advanced_request_when_pages_run_out() -> None:
+    # 12 pages of 16 tokens; two requests each growing to 150 tokens cannot both fit
+    cfg = SchedulerConfig(num_pages=12, page_tokens=16, prefix_cache=False, new_token_ratio=0.0)
+    sched = Scheduler(cfg)
+    engine = Engine(sched, FixedStep())
+    a = Request("a", prompt_len=40, max_new_tokens=110)
+    b = Request("b", prompt_len=40, max_new_tokens=110)
+    engine.add_request(a)
+    engine.add_request(b)
+    run(engine)
+    assert sched.stats.retractions >= 1
+    assert a.status is Status.FINISHED and b.status is Status.FINISHED
+    assert a.output_len == 110 and b.output_len == 110
+    assert sched.pages.num_used == 0
+
+
+def test_speculative_verify_width_and_accepted_tokens() -> None:
+    sched = Scheduler(SchedulerConfig(num_pages=100, page_tokens=64, verify_tokens=8, prefix_cache=False))
+    engine = Engine(sched, FixedStep(), record_batches=True)
+    req = Request("s", prompt_len=100, max_new_tokens=20)
+    engine.add_request(req)
+    run(engine)
+    decode_widths = [sig[0][3] for sig in engine.batch_log if sig[0][0] == "decode"]
+    assert decode_widths == [8, 8, 3]  # 1 token from prefill, then 8 + 8 + 3 = 20
+    assert req.output_len == 20
+
+
+def test_mixed_chunk_runs_decodes_inside_prefill_steps() -> None:
+    cfg = SchedulerConfig(num_pages=1000, page_tokens=64, prefix_cache=False, mixed_chunk=True, chunk_tokens=1000)
+    sched = Scheduler(cfg)
+    engine = Engine(sched, FixedStep(), record_batches=True)
+    engine.add_request(Request("d", prompt_len=10, max_new_tokens=50))
+    engine.step(0.0)
+    engine.add_request(Request("p", prompt_len=5000, max_new_tokens=2))
+    out = engine.step(0.01)
+    assert out is not None and out.batch.kind == "mixed"
+
+
+def test_abort_frees_everything_at_once() -> None:
+    cfg = SchedulerConfig(num_pages=100, page_tokens=64, num_state_slots=9)
+    sched = Scheduler(cfg)
+    engine = Engine(sched, FixedStep())
+    req = Request("x", prompt_len=500, max_new_tokens=100, block_ids=blocks(3, 7))
+    engine.add_request(req)
+    engine.step(0.0)
+    assert sched.pages.num_used > 0
+    sched.abort(req)
+    assert sched.pages.num_used == 0 and sched.slots is not None and sched.slots.num_used == 0
+    assert req.status is Status.FINISHED and req.finish_reason == "abort"

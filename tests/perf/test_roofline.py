@@ -1,0 +1,82 @@
+"""Properties of the first roofline cost model (calibration comes later; these check its physics)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenmill.hardware import load_gpu
+from tokenmill.perf import BatchShape, CostModel, DecodeWork, PerfParams, PrefillWork
+from tokenmill.plan import KVDtype, Layout
+from tokenmill.spec import load_model
+
+K3 = load_model("kimi-k3")
+B300 = load_gpu("b300")
+
+
+@pytest.fixture(scope="module")
+def tp8() -> CostModel:
+    return CostModel(K3, B300, Layout(tp=8))
+
+
+def test_breakdown_adds_up(tp8: CostModel) -> None:
+    cost = tp8.step_time(BatchShape(prefill=(PrefillWork(4000, 1000),), decode=(DecodeWork(5000),) * 4))
+    assert cost.seconds == pytest.approx(sum(cost.breakdown.values()))
+    assert tp8.step_time(BatchShape()).seconds == 0.0
+
+
+def test_single_request_decode_is_weight_bound_and_plausible(tp8: CostModel) -> None:
+    # seed §2.3 measured 7.7 ms/token; an uncalibrated roofline should land within 2×
+    cost = tp8.step_time(BatchShape(decode=(DecodeWork(9000),)))
+    assert 0.004 < cost.seconds < 0.016
+    assert cost.breakdown["dense_linear"] > cost.breakdown["decode_attention"]
+
+
+def test_more_work_never_takes_less_time(tp8: CostModel) -> None:
+    one = tp8.step_time(BatchShape(decode=(DecodeWork(9000),))).seconds
+    many = tp8.step_time(BatchShape(decode=(DecodeWork(9000),) * 64)).seconds
+    longer = tp8.step_time(BatchShape(decode=(DecodeWork(120_000),))).seconds
+    assert many > one and longer > one
+    short = tp8.step_time(BatchShape(prefill=(PrefillWork(2000),))).seconds
+    full = tp8.step_time(BatchShape(prefill=(PrefillWork(8400),))).seconds
+    assert full > short
+
+
+def test_expected_distinct_experts_saturate(tp8: CostModel) -> None:
+    # 1 − (1 − 16/896)^T: one token touches 16 of 896 experts; 1,000 tokens touch nearly all
+    assert tp8._experts_touched_fraction(1) == pytest.approx(16 / 896)
+    assert tp8._experts_touched_fraction(1000) > 0.99
+
+
+def test_dcp_stripes_decode_kv_reads() -> None:
+    ctx = (DecodeWork(120_000),) * 8
+    plain = CostModel(K3, B300, Layout(tp=8)).step_time(BatchShape(decode=ctx))
+    dcp = CostModel(K3, B300, Layout(tp=8, dcp=8)).step_time(BatchShape(decode=ctx))
+    assert dcp.breakdown["decode_attention"] < plain.breakdown["decode_attention"]
+    assert dcp.breakdown["dcp_exchange"] > 0 == plain.breakdown["dcp_exchange"]
+
+
+def test_fp8_kv_halves_long_context_attention_bytes() -> None:
+    ctx = (DecodeWork(200_000),) * 16
+    bf16 = CostModel(K3, B300, Layout(tp=8)).step_time(BatchShape(decode=ctx)).breakdown["decode_attention"]
+    fp8 = CostModel(K3, B300, Layout(tp=8, kv_cache_dtype=KVDtype.FP8)).step_time(BatchShape(decode=ctx))
+    assert fp8.breakdown["decode_attention"] < bf16
+
+
+def test_efficiency_constants_are_named_and_used() -> None:
+    slow = CostModel(K3, B300, Layout(tp=8), PerfParams(weight_bandwidth_efficiency=0.25))
+    fast = CostModel(K3, B300, Layout(tp=8), PerfParams(weight_bandwidth_efficiency=0.9))
+    shape = BatchShape(decode=(DecodeWork(1000),))
+    assert slow.step_time(shape).seconds > fast.step_time(shape).seconds
+    assert set(PerfParams().to_dict()) >= {"matmul_efficiency", "step_overhead_s", "collective_latency_s"}
+
+
+def test_other_families_are_costed() -> None:
+    for name, gpu, layout in (
+        ("llama-3.1-70b", "h100", Layout(tp=8)),
+        ("gpt-oss-120b", "b200", Layout(tp=4)),
+        ("nemotron-3-nano-30b-a3b", "h100", Layout(tp=1)),
+        ("deepseek-v3", "h200", Layout(tp=8, ep=8)),
+    ):
+        model = CostModel(load_model(name), load_gpu(gpu), layout)
+        cost = model.step_time(BatchShape(prefill=(PrefillWork(1024),), decode=(DecodeWork(2048),) * 8))
+        assert 0 < cost.seconds < 5, name

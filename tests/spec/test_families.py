@@ -1,0 +1,493 @@
+"""Family parsers: every preset's layer kinds counted by hand from its config.json, published
+parameter totals, nested configs, the two Kimi-Linear schedule formats, Qwen3-Next, and the
+one-line errors of the loader.
+
+Expected values are written from the config numbers (arithmetic in the comments), never taken
+from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenmill.errors import TokenmillError
+from tokenmill.spec import (
+    PRESETS,
+    FfnKind,
+    MixerKind,
+    ModelSpec,
+    TensorKind,
+    load_model,
+    model_from_config,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+QWEN3_NEXT = FIXTURES / "qwen3_next_80b_a3b_config.json"
+QWEN3_5_WRAPPER = FIXTURES / "qwen3_5_moe_wrapper_config.json"
+KIMI_TINY_MOONSHOT = FIXTURES / "kimi_linear_tiny_moonshot_config.json"
+KIMI_TINY_LAYER_TYPES = FIXTURES / "kimi_linear_tiny_layer_types_config.json"
+
+B = 10**9
+
+
+def _fixture(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _preset_config(name: str) -> dict[str, Any]:
+    """The bundled config.json of a preset, as shipped in the package."""
+    text = (resources.files("tokenmill.spec") / "presets" / PRESETS[name].file).read_text()
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def _mixers(m: ModelSpec, kind: MixerKind) -> list[int]:
+    return [layer.index for layer in m.layers if layer.mixer is kind]
+
+
+def _ffns(m: ModelSpec, kind: FfnKind) -> list[int]:
+    return [layer.index for layer in m.layers if layer.ffn is kind]
+
+
+def _inventory(m: ModelSpec) -> list[tuple[Any, ...]]:
+    """Everything that decides bytes, in a comparable form."""
+    return sorted(
+        (t.name, t.kind.value, t.shape, t.shard.value, t.storage.fmt.value, t.layers, t.copies, t.bytes)
+        for t in m.tensors
+    )
+
+
+# --- every preset loads, with its layer kinds counted by hand ----------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_loads(name: str) -> None:
+    m = load_model(name)
+    assert m.name == name
+    assert m.num_layers == len(m.layers) > 0
+    assert [layer.index for layer in m.layers] == list(range(m.num_layers))
+    assert m.total_params > m.active_params > 0
+    assert m.checkpoint_bytes > 0
+    assert m.hf_id == PRESETS[name].hf_id
+
+
+# (preset, num_hidden_layers, {kind: count}) — counts read off each config.json.
+LAYER_COUNTS = [
+    # Llama-3.1-8B: 32 layers, all full GQA + dense MLP.
+    ("llama-3.1-8b", 32, {"gqa": 32, "ffn_dense": 32}),
+    # Llama-3.1-70B: 80 layers.
+    ("llama-3.1-70b", 80, {"gqa": 80, "ffn_dense": 80}),
+    # Qwen3-32B: 64 layers, dense.
+    ("qwen3-32b", 64, {"gqa": 64, "ffn_dense": 64}),
+    # Qwen3 MoE: decoder_sparse_step 1 and mlp_only_layers [] → every layer MoE.
+    ("qwen3-235b-a22b", 94, {"gqa": 94, "ffn_moe": 94}),
+    ("qwen3-235b-a22b-fp8", 94, {"gqa": 94, "ffn_moe": 94}),
+    ("qwen3-30b-a3b", 48, {"gqa": 48, "ffn_moe": 48}),
+    # gpt-oss-120b: layer_types alternates sliding/full over 36 layers → 18 + 18; every layer MoE.
+    ("gpt-oss-120b", 36, {"swa": 18, "gqa": 18, "ffn_moe": 36}),
+    # MiniMax-M2.5: 62 layers, all GQA + MoE.
+    ("minimax-m2.5", 62, {"gqa": 62, "ffn_moe": 62}),
+    # DeepSeek-V3/R1: 61 MLA layers, first_k_dense_replace 3 → 3 dense + 58 MoE.
+    ("deepseek-v3", 61, {"mla": 61, "ffn_dense": 3, "ffn_moe": 58}),
+    ("deepseek-r1", 61, {"mla": 61, "ffn_dense": 3, "ffn_moe": 58}),
+    # Kimi-K2: 61 MLA layers, first_k_dense_replace 1 → 1 dense + 60 MoE.
+    ("kimi-k2", 61, {"mla": 61, "ffn_dense": 1, "ffn_moe": 60}),
+    # Kimi-K3: linear_attn_config lists 69 KDA and 24 full (MLA) layers; first_k_dense_replace 1.
+    ("kimi-k3", 93, {"kda": 69, "mla": 24, "ffn_dense": 1, "ffn_moe": 92}),
+    # Kimi-Linear-48B-A3B: layer_types holds 6 full_attention and 27 − 6 = 21 linear_attention;
+    # mlp_layer_types is 1 dense + 26 sparse.
+    ("kimi-linear-48b-a3b", 27, {"kda": 21, "mla": 6, "ffn_dense": 1, "ffn_moe": 26}),
+    # Nemotron-3-Nano: hybrid_override_pattern
+    #   MEMEM* | EMEMEM* ×4 | EMEMEMEM* | EMEMEMEME
+    #   M: 3 + 4·3 + 4 + 4 = 23;  E: 2 + 4·3 + 4 + 5 = 23;  *: 1 + 4 + 1 = 6;  6 + 28 + 9 + 9 = 52.
+    ("nemotron-3-nano-30b-a3b", 52, {"mamba2": 23, "ffn_moe": 23, "gqa": 6}),
+]
+
+
+def test_layer_count_table_covers_every_preset() -> None:
+    assert sorted(name for name, _, _ in LAYER_COUNTS) == sorted(PRESETS)
+
+
+@pytest.mark.parametrize(("name", "n_layers", "counts"), LAYER_COUNTS, ids=[c[0] for c in LAYER_COUNTS])
+def test_preset_layer_kinds_match_config(name: str, n_layers: int, counts: dict[str, int]) -> None:
+    m = load_model(name)
+    assert m.num_layers == n_layers
+    assert m.layer_kind_counts() == counts
+
+
+def test_gpt_oss_alternates_sliding_and_full() -> None:
+    m = load_model("gpt-oss-120b")
+    # layer_types starts with sliding_attention and alternates: even indices sliding, odd full.
+    assert _mixers(m, MixerKind.SWA) == list(range(0, 36, 2))
+    assert _mixers(m, MixerKind.GQA) == list(range(1, 36, 2))
+    assert m.gqa is not None and m.gqa.sliding_window == 128
+    assert _ffns(m, FfnKind.MOE) == list(range(36))
+
+
+def test_nemotron_pattern_positions() -> None:
+    m = load_model("nemotron-3-nano-30b-a3b")
+    pattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"  # copied from the config
+    # The '*' positions, 0-based: 5, 12, 19, 26, 33, 42.
+    assert _mixers(m, MixerKind.GQA) == [5, 12, 19, 26, 33, 42]
+    assert _mixers(m, MixerKind.MAMBA2) == [i for i, c in enumerate(pattern) if c == "M"]
+    assert _ffns(m, FfnKind.MOE) == [i for i, c in enumerate(pattern) if c == "E"]
+    # A Nemotron-H block has a mixer or an FFN, never both.
+    assert all((layer.mixer is None) != (layer.ffn is None) for layer in m.layers)
+    assert m.family == "mamba_hybrid"
+
+
+def test_kimi_k3_schedule_from_linear_attn_config() -> None:
+    m = load_model("kimi-k3")
+    # full_attn_layers (1-based) 4, 8, …, 92, 93 → 0-based 3, 7, …, 91 (23 layers) and 92.
+    mla = [*range(3, 92, 4), 92]
+    assert len(mla) == 24
+    assert _mixers(m, MixerKind.MLA) == mla
+    assert _mixers(m, MixerKind.KDA) == [i for i in range(93) if i not in mla]
+    # first_k_dense_replace 1: layer 0 dense, layers 1..92 MoE.
+    assert _ffns(m, FfnKind.DENSE) == [0]
+    assert _ffns(m, FfnKind.MOE) == list(range(1, 93))
+    assert m.family == "kda_mla_moe"
+
+
+def test_kimi_linear_48b_schedule_from_layer_types() -> None:
+    m = load_model("kimi-linear-48b-a3b")
+    # The bundled file's layer_types has full_attention at 0-based 4, 8, 12, 16, 20, 24.
+    assert _mixers(m, MixerKind.MLA) == [4, 8, 12, 16, 20, 24]
+    assert len(_mixers(m, MixerKind.KDA)) == 21
+    assert _ffns(m, FfnKind.DENSE) == [0]
+
+
+def test_deepseek_v3_first_three_layers_dense() -> None:
+    m = load_model("deepseek-v3")
+    assert _ffns(m, FfnKind.DENSE) == [0, 1, 2]
+    assert _ffns(m, FfnKind.MOE) == list(range(3, 61))
+    assert _mixers(m, MixerKind.MLA) == list(range(61))
+    # num_nextn_predict_layers 1 is recorded, not counted in the 61.
+    assert m.num_nextn_layers == 1
+
+
+# --- published totals ----------------------------------------------------------------------
+
+# (preset, published total, tolerance, published active or None, tolerance, source)
+PUBLISHED = [
+    ("gpt-oss-120b", 116.8 * B, 0.03, 5.1 * B, 0.03, "OpenAI gpt-oss model card: 116.8B total, 5.1B active"),
+    ("llama-3.1-8b", 8.03 * B, 0.01, None, 0.0, "Meta Llama 3.1 model card: 8.03B"),
+    ("llama-3.1-70b", 70.6 * B, 0.01, None, 0.0, "Meta Llama 3.1 model card: 70.6B"),
+    ("qwen3-32b", 32.8 * B, 0.02, None, 0.0, "Qwen3-32B model card: 32.8B"),
+    ("qwen3-235b-a22b", 235 * B, 0.03, 22 * B, 0.03, "Qwen3-235B-A22B model card: 235B total, 22B activated"),
+    ("qwen3-235b-a22b-fp8", 235 * B, 0.03, 22 * B, 0.03, "Qwen3-235B-A22B-FP8 model card"),
+    ("qwen3-30b-a3b", 30.5 * B, 0.02, None, 0.0, "Qwen3-30B-A3B model card: 30.5B total"),
+    ("minimax-m2.5", 229 * B, 0.05, 10 * B, 0.05, "MiniMax-M2.5 model card: 229B total, 10B activated"),
+    (
+        "nemotron-3-nano-30b-a3b",
+        31.6 * B,
+        0.05,
+        3.2 * B,
+        0.05,
+        "NVIDIA Nemotron 3 Nano model card: 31.6B total, 3.2B active (excluding embeddings)",
+    ),
+    ("kimi-k2", 1.03e12, 0.03, 32 * B, 0.03, "Kimi-K2 model card: 1T total (1.03T), 32B activated"),
+    ("deepseek-v3", 671 * B, 0.01, 37 * B, 0.03, "DeepSeek-V3 report: 671B main model, 37B activated"),
+    ("kimi-k3", 2.8e12, 0.01, None, 0.0, "seed article: 2.8 trillion parameters (SGLang team's count)"),
+    ("kimi-linear-48b-a3b", 48 * B, 0.03, 3 * B, 0.05, "Kimi-Linear-48B-A3B model card: 48B total, 3B active"),
+]
+
+
+@pytest.mark.parametrize(("name", "total", "tol", "active", "atol", "source"), PUBLISHED, ids=[p[0] for p in PUBLISHED])
+def test_published_parameter_totals(
+    name: str, total: float, tol: float, active: float | None, atol: float, source: str
+) -> None:
+    m = load_model(name)
+    assert m.total_params == pytest.approx(total, rel=tol), f"{name}: total {m.total_params / B:.3f}B vs {source}"
+    if active is not None:
+        assert m.active_params == pytest.approx(active, rel=atol), (
+            f"{name}: active {m.active_params / B:.3f}B vs {source}"
+        )
+
+
+def test_kimi_k3_checkpoint_matches_seed() -> None:
+    """Seed §1.1/§1.5: the checkpoint is 1.56 TB = 1,454 GiB, experts 93 %, everything else 107 GiB,
+    of which 57 GiB KDA attention and 10 GiB MLA; the latent projections 9 GiB."""
+    m = load_model("kimi-k3")
+    gib = 1024**3
+    assert m.checkpoint_bytes == pytest.approx(1.56e12, rel=0.005)
+    assert m.checkpoint_bytes / gib == pytest.approx(1454, rel=0.005)
+    experts = m.kind_bytes(TensorKind.ROUTED_EXPERTS)
+    assert experts / m.checkpoint_bytes == pytest.approx(0.93, abs=0.005)
+    assert (m.checkpoint_bytes - experts) / gib == pytest.approx(107, rel=0.02)
+    assert m.kind_bytes(TensorKind.ATTENTION_KDA) / gib == pytest.approx(57, rel=0.02)
+    assert m.kind_bytes(TensorKind.ATTENTION_MLA) / gib == pytest.approx(10, rel=0.05)
+    assert m.kind_bytes(TensorKind.LATENT_PROJECTIONS) / gib == pytest.approx(9, rel=0.05)
+
+
+def test_kimi_k3_routed_expert_params_by_hand() -> None:
+    m = load_model("kimi-k3")
+    # 92 MoE layers × 896 experts × 3 matrices × moe_intermediate 3072 × latent 3584.
+    assert m.kind_params(TensorKind.ROUTED_EXPERTS) == 92 * 896 * 3 * 3072 * 3584
+    assert m.moe is not None
+    assert (m.moe.num_experts, m.moe.experts_per_token, m.moe.latent_dim) == (896, 16, 3584)
+
+
+# --- nested text_config and the two Kimi-Linear formats -----------------------------------------
+
+
+def test_kimi_k3_reads_nested_text_config() -> None:
+    m = load_model("kimi-k3")
+    # Top-level model_type kimi_k3; hidden_size 7168 and 93 layers live only in text_config.
+    assert m.model_type == "kimi_k3"
+    assert m.hidden_size == 7168
+    assert m.vocab_size == 163840
+    assert m.num_layers == 93
+    assert m.multimodal  # the wrapper's vision_config is seen
+    assert m.kind_bytes(TensorKind.VISION) > 0
+    # The same language model read from text_config alone: identical layers and text tensors.
+    config = _preset_config("kimi-k3")
+    text_only = model_from_config(config["text_config"], "k3-text")
+    assert text_only.model_type == "kimi_linear"
+    assert text_only.layers == m.layers
+    assert not text_only.multimodal
+    no_vision = [row for row in _inventory(m) if row[1] != TensorKind.VISION.value]
+    assert _inventory(text_only) == no_vision
+
+
+def test_kimi_linear_moonshot_and_layer_types_formats_agree() -> None:
+    moonshot = load_model(str(KIMI_TINY_MOONSHOT))
+    layer_types = load_model(str(KIMI_TINY_LAYER_TYPES))
+    # Moonshot's full_attn_layers [4, 8] (1-based) are layer_types' full_attention at 0-based 3 and 7.
+    for m in (moonshot, layer_types):
+        assert _mixers(m, MixerKind.MLA) == [3, 7]
+        assert _mixers(m, MixerKind.KDA) == [0, 1, 2, 4, 5, 6]
+        assert _ffns(m, FfnKind.DENSE) == [0]
+        assert _ffns(m, FfnKind.MOE) == [1, 2, 3, 4, 5, 6, 7]
+        assert m.family == "kda_mla_moe"
+    assert moonshot.layers == layer_types.layers
+    assert _inventory(moonshot) == _inventory(layer_types)
+    assert moonshot.checkpoint_bytes == layer_types.checkpoint_bytes
+    assert moonshot.linear is not None and layer_types.linear is not None
+    lm, ll = moonshot.linear, layer_types.linear
+    assert (lm.state_heads, lm.state_dk, lm.state_dv, lm.conv_kernel, lm.conv_dim) == (4, 32, 32, 4, 3 * 4 * 32)
+    assert (ll.state_heads, ll.state_dk, ll.state_dv, ll.conv_kernel, ll.conv_dim) == (4, 32, 32, 4, 3 * 4 * 32)
+
+
+def test_kimi_linear_layer_listed_twice_is_an_error() -> None:
+    config = _fixture(KIMI_TINY_MOONSHOT)
+    config["linear_attn_config"]["full_attn_layers"] = [3, 4, 8]  # 3 is also a KDA layer
+    with pytest.raises(TokenmillError, match="full_attn_layers") as exc:
+        model_from_config(config, "tiny")
+    assert "\n" not in str(exc.value)
+
+
+def test_kimi_linear_layer_missing_from_schedule_is_an_error() -> None:
+    config = _fixture(KIMI_TINY_MOONSHOT)
+    config["linear_attn_config"]["full_attn_layers"] = [4]  # layer 8 (1-based) listed nowhere
+    with pytest.raises(TokenmillError, match="8"):
+        model_from_config(config, "tiny")
+
+
+# --- Qwen3-Next (Gated DeltaNet hybrid) ---------------------------------------------------------
+
+# Hand count of Qwen3-Next-80B-A3B from the fixture's numbers (HF Qwen3NextForCausalLM modules):
+#   routed experts  48 layers × 512 × 3 × 512 × 2048                       = 77,309,411,328
+#   routed, active  48 × 10 × 3 × 512 × 2048                               =  1,509,949,440
+#   GDN per layer   in_proj_qkvz (2·16·128 + 2·32·128 = 12288) × 2048      =     25,165,824
+#                   in_proj_ba (2·32 = 64) × 2048                          =        131,072
+#                   conv1d (2·16·128 + 32·128 = 8192) × 4                  =         32,768
+#                   A_log 32 + dt_bias 32 + norm 128                       =            192
+#                   out_proj 2048 × (32·128 = 4096)                        =      8,388,608
+#                   → 33,718,464 × 36 GDN layers                           =  1,213,864,704
+#   GQA per layer   q_proj (16·256·2 = 8192, gated) × 2048                 =     16,777,216
+#                   k_proj, v_proj 2 × (2·256 = 512) × 2048                =      2,097,152
+#                   o_proj 2048 × 4096                                     =      8,388,608
+#                   q_norm + k_norm 2 × 256                                =            512
+#                   → 27,263,488 × 12 GQA layers                           =    327,161,856
+#   shared expert   (3 × 512 × 2048 + gate 2048) × 48                      =    151,093,248
+#   router          512 × 2048 × 48                                        =     50,331,648
+#   norms           2 × 2048 × 48 + final 2048                             =        198,656
+#   lm_head         151936 × 2048 (untied)                                 =    311,164,928
+#   embedding       151936 × 2048                                          =    311,164,928
+QWEN3_NEXT_ACTIVE = (
+    1_509_949_440 + 1_213_864_704 + 327_161_856 + 151_093_248 + 50_331_648 + 198_656 + 311_164_928
+)  # = 3,563,764,480
+QWEN3_NEXT_TOTAL = QWEN3_NEXT_ACTIVE - 1_509_949_440 + 77_309_411_328 + 311_164_928  # = 79,674,391,296
+
+
+def test_qwen3_next_loads_as_gdn_hybrid() -> None:
+    m = load_model(str(QWEN3_NEXT))
+    assert m.family == "gdn_hybrid"
+    assert m.model_type == "qwen3_next"
+    assert m.name == "qwen3_next_80b_a3b"
+    # full_attention_interval 4: layers 3, 7, …, 47 (0-based) are full attention → 12; the rest 36 GDN.
+    assert _mixers(m, MixerKind.GQA) == list(range(3, 48, 4))
+    assert len(_mixers(m, MixerKind.GDN)) == 36
+    assert m.layer_kind_counts() == {"gdn": 36, "gqa": 12, "ffn_moe": 48}
+    assert m.is_hybrid
+    lin = m.linear
+    assert lin is not None
+    # State per layer: 32 value heads of a 128 × 128 matrix; conv over q, k, v: 2·16·128 + 32·128 = 8192.
+    assert (lin.state_heads, lin.state_dk, lin.state_dv, lin.conv_dim, lin.conv_kernel) == (32, 128, 128, 8192, 4)
+    assert m.gqa is not None
+    assert (m.gqa.num_heads, m.gqa.num_kv_heads, m.gqa.head_dim) == (16, 2, 256)
+
+
+def test_qwen3_next_totals() -> None:
+    """Qwen3-Next-80B-A3B model card: 80B total, 3B activated."""
+    m = load_model(str(QWEN3_NEXT))
+    assert m.total_params == QWEN3_NEXT_TOTAL
+    assert m.active_params == QWEN3_NEXT_ACTIVE
+    assert m.total_params == pytest.approx(80 * B, rel=0.03)
+    # The published "3B activated" is a rounded name: the hand count above is 3.56 B without the
+    # embedding lookup (3.87 B with it, Qwen's convention for Qwen3-30B-A3B's "3.3B"). ±15 % around
+    # 3 B cannot hold for this architecture; bound it by the "A3B" class instead.
+    assert 3.0 * B <= m.active_params < 4.0 * B
+
+
+def test_qwen3_next_layer_types_equivalent_to_interval() -> None:
+    config = _fixture(QWEN3_NEXT)
+    by_interval = model_from_config(config, "q")
+    explicit = dict(config)
+    del explicit["full_attention_interval"]
+    explicit["layer_types"] = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(48)]
+    by_types = model_from_config(explicit, "q")
+    assert by_types.layers == by_interval.layers
+    assert _inventory(by_types) == _inventory(by_interval)
+
+
+def test_qwen3_5_moe_flat_config_uses_gdn_parser() -> None:
+    """A flat (un-nested) config with model_type qwen3_5_moe is read like Qwen3-Next."""
+    config = _fixture(QWEN3_NEXT)
+    config["model_type"] = "qwen3_5_moe"
+    m = model_from_config(config, "q35")
+    reference = load_model(str(QWEN3_NEXT))
+    assert m.family == "gdn_hybrid"
+    assert m.layers == reference.layers
+    assert _inventory(m) == _inventory(reference)
+
+
+def test_qwen3_5_moe_wrapper_reads_text_config() -> None:
+    """transformers' Qwen3.5-MoE layout: model_type qwen3_5_moe at the top, the language model in
+    text_config (model_type qwen3_5_moe_text, layer_types), a vision_config next to it."""
+    m = load_model(str(QWEN3_5_WRAPPER))
+    reference = load_model(str(QWEN3_NEXT))
+    assert m.family == "gdn_hybrid"
+    assert m.model_type == "qwen3_5_moe"
+    assert m.layer_kind_counts() == {"gdn": 36, "gqa": 12, "ffn_moe": 48}
+    assert m.multimodal
+    assert _inventory(m) == _inventory(reference)
+
+
+def test_qwen3_5_moe_wrapper_without_inner_model_type() -> None:
+    config = _fixture(QWEN3_5_WRAPPER)
+    del config["text_config"]["model_type"]
+    m = model_from_config(config, "q35")
+    assert m.layer_kind_counts() == {"gdn": 36, "gqa": 12, "ffn_moe": 48}
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+def _write(tmp_path: Path, config: dict[str, Any], name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_unknown_model_type_names_it(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"model_type": "frobnicator_v9", "hidden_size": 8})
+    with pytest.raises(TokenmillError) as exc:
+        load_model(str(path))
+    msg = str(exc.value)
+    assert "frobnicator_v9" in msg
+    assert "\n" not in msg
+    assert "qwen3_next" in msg  # lists what is supported
+
+
+def test_missing_model_type_is_an_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"hidden_size": 8})
+    with pytest.raises(TokenmillError, match="model_type"):
+        load_model(str(path))
+
+
+def test_missing_hidden_size_names_field_and_model_type(tmp_path: Path) -> None:
+    config = _fixture(QWEN3_NEXT)
+    del config["hidden_size"]
+    with pytest.raises(TokenmillError) as exc:
+        load_model(str(_write(tmp_path, config)))
+    msg = str(exc.value)
+    assert "hidden_size" in msg
+    assert "qwen3_next" in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("preset", ["llama-3.1-8b", "deepseek-v3", "nemotron-3-nano-30b-a3b", "gpt-oss-120b"])
+def test_missing_hidden_size_in_other_families(preset: str) -> None:
+    config = _preset_config(preset)
+    del config["hidden_size"]
+    with pytest.raises(TokenmillError) as exc:
+        model_from_config(config, preset)
+    assert "hidden_size" in str(exc.value)
+    assert config["model_type"] in str(exc.value)
+
+
+def test_num_hidden_layers_as_string_names_field(tmp_path: Path) -> None:
+    config = _fixture(QWEN3_NEXT)
+    config["num_hidden_layers"] = "48"
+    with pytest.raises(TokenmillError) as exc:
+        load_model(str(_write(tmp_path, config)))
+    msg = str(exc.value)
+    assert "num_hidden_layers" in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("value", [0, -4, True, 4.5, None])
+def test_bad_num_hidden_layers_values(value: Any) -> None:
+    config = _fixture(QWEN3_NEXT)
+    config["num_hidden_layers"] = value
+    with pytest.raises(TokenmillError, match="num_hidden_layers"):
+        model_from_config(config, "q")
+
+
+def test_nonexistent_path_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "config.json"
+    with pytest.raises(TokenmillError) as exc:
+        load_model(str(missing))
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert str(missing) in msg
+
+
+def test_non_json_file_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("{ this is not json,\n  at all }\n")
+    with pytest.raises(TokenmillError) as exc:
+        load_model(str(path))
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert "JSON" in msg
+
+
+def test_json_array_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2, 3]")
+    with pytest.raises(TokenmillError, match="object"):
+        load_model(str(path))
+
+
+def test_model_directory_with_config_json(tmp_path: Path) -> None:
+    model_dir = tmp_path / "Qwen3-Next-80B-A3B-Instruct"
+    model_dir.mkdir()
+    shutil.copy(QWEN3_NEXT, model_dir / "config.json")
+    m = load_model(str(model_dir))
+    assert m.name == "Qwen3-Next-80B-A3B-Instruct"
+    assert m.family == "gdn_hybrid"
+    assert m.total_params == QWEN3_NEXT_TOTAL
+
+
+def test_preset_names_are_case_and_space_insensitive() -> None:
+    assert load_model("  Kimi-K3 ").name == "kimi-k3"
