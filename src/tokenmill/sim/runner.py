@@ -264,8 +264,8 @@ def simulate(plan: MemoryPlan, workload: Workload, options: SimOptions | None = 
     end = clock.run(options.max_time_s)
 
     sched = [r.engine.scheduler for r in replicas]
-    lookup_blocks = sum(s.cache.stats.lookup_blocks for s in sched if s.cache is not None)
-    hit_blocks = sum(s.cache.stats.hit_blocks for s in sched if s.cache is not None)
+    cached = sum(s.stats.cached_tokens for s in sched)
+    admitted = sum(s.stats.prompt_tokens_admitted for s in sched)
     stats: dict[str, float | int] = {
         "steps": sum(s.stats.steps for s in sched),
         "prefill_steps": sum(s.stats.prefill_steps for s in sched),
@@ -273,7 +273,8 @@ def simulate(plan: MemoryPlan, workload: Workload, options: SimOptions | None = 
         "prefill_tokens_computed": sum(s.stats.prefill_tokens for s in sched),
         "midfill_tokens_computed": sum(s.stats.midfill_tokens for s in sched),
         "cached_prompt_tokens": sum(s.stats.cached_tokens for s in sched),
-        "prefix_cache_hit_rate": hit_blocks / lookup_blocks if lookup_blocks else 0.0,
+        # SGLang's cache hit rate: prompt tokens resumed from the cache / prompt tokens admitted
+        "prefix_cache_hit_rate": cached / admitted if admitted else 0.0,
         "evicted_kv_pages": sum(s.cache.stats.evicted_pages for s in sched if s.cache is not None),
         "evicted_state_slots": sum(s.cache.stats.evicted_slots for s in sched if s.cache is not None),
         "retractions": sum(s.stats.retractions for s in sched),

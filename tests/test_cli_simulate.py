@@ -1,0 +1,118 @@
+"""`tokenmill simulate` and `tokenmill sweep` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokenmill.cli import main
+
+FIXTURES = Path(__file__).parent / "workload" / "fixtures"
+BENCH_KEYS = {"completed", "duration", "request_throughput", "input_throughput", "output_throughput"} | {
+    f"{s}_{m}_ms" for s in ("mean", "median", "p90", "p99") for m in ("ttft", "tpot", "itl", "e2e_latency")
+}
+EXTRA_KEYS = {"slo_attainment", "goodput", "max_running_requests", "peak_running_requests", "prefix_cache_hit_rate",
+              "evictions"}
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_simulate_json_has_bench_serving_and_slo_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "simulate", "--pool-ratio", "1.1", "--workload", "fresh", "--rate", "1",
+                       "--duration", "30", "--seed", "3", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert BENCH_KEYS | EXTRA_KEYS <= set(summary)
+    assert summary["max_running_requests"] == 60
+
+
+def test_same_seed_gives_byte_identical_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("simulate", "--pool-ratio", "1.1", "--workload", "agentic", "--num-requests", "4", "--rate", "0.5",
+            "--seed", "11", "--json")
+    first = cli(capsys, *args)[1]
+    second = cli(capsys, *args)[1]
+    assert first == second and first.strip().startswith("{")
+    other = cli(capsys, *args[:-2], "12", "--json")[1]
+    assert other != first
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (("--workload", "bogus"), "--workload"),
+        (("--rate", "0"), "--rate"),
+        (("--rate", "-2"), "--rate"),
+        (("--concurrency", "0"), "--concurrency"),
+        (("--workload", f"trace:{FIXTURES / 'agentx_bad.jsonl'}"), "agentx_bad.jsonl:2"),
+        (("--workload", f"trace:{FIXTURES / 'otel_bad.jsonl'}"), "otel_bad.jsonl:3"),
+        (("--workload", "trace:/no/such/file.jsonl"), "file.jsonl"),
+        (("--slo-ttft-ms", "0"), "--slo-ttft-ms"),
+        (("--requests-out", "x.txt"), "--requests-out"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
+                                          needle: str) -> None:
+    code, out, err = cli(capsys, "simulate", "--duration", "5", *argv)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], err
+
+
+def test_traces_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("agentx.jsonl", "otel_sessions.jsonl"):
+        code, out, _ = cli(capsys, "simulate", "--workload", f"trace:{FIXTURES / name}", "--json")
+        assert code == 0 and json.loads(out)["completed"] > 0
+
+
+def test_requests_out_writes_one_row_per_request(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    csv_path = tmp_path / "rows.csv"
+    code, out, _ = cli(capsys, "simulate", "--workload", "random", "--isl", "500", "--osl", "20", "--num-requests",
+                       "7", "--concurrency", "3", "--requests-out", str(csv_path), "--json")
+    assert code == 0
+    rows = csv_path.read_text().strip().splitlines()
+    assert len(rows) == 1 + 7 and rows[0].startswith("request_id,")
+    pq = tmp_path / "rows.parquet"
+    code, _, _ = cli(capsys, "simulate", "--workload", "random", "--isl", "500", "--osl", "20", "--num-requests",
+                     "7", "--concurrency", "3", "--requests-out", str(pq), "--json")
+    pyarrow = pytest.importorskip("pyarrow.parquet")
+    assert code == 0 and pyarrow.read_table(pq).num_rows == 7
+
+
+def test_interference_reports_stream_loss_and_draws(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fig = tmp_path / "interference.png"
+    code, out, _ = cli(capsys, "simulate", "--pool-ratio", "1.1", "--workload", "interference", "--probe-tokens",
+                       "8400", "--probe-tokens", "2000", "--figure", str(fig), "--json")
+    assert code == 0
+    runs = json.loads(out)
+    loss = {v["probe_tokens"]: v["stream_output_loss"] for v in runs.values()}
+    assert loss[8400] > loss[2000] > 0
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_rates_sustained_and_figures(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fig, lat = tmp_path / "att.svg", tmp_path / "lat.png"
+    code, out, _ = cli(capsys, "sweep", "--pool-ratio", "1.1", "--rates", "0.3,3", "--find-sustained",
+                       "--rate-lo", "0.2", "--rate-hi", "3", "--duration", "40", "--concurrencies", "1,8",
+                       "--num-requests", "8", "--figure", str(fig), "--latency-figure", str(lat), "--json")
+    assert code == 0
+    entry = next(iter(json.loads(out)["layouts"].values()))
+    by_rate = {p["rate"]: p["slo_attainment"] for p in entry["rates"]}
+    assert by_rate[0.3] > by_rate[3.0]
+    assert 0.2 <= entry["sustained_rate"] < 3.0
+    assert [p["concurrency"] for p in entry["concurrency"]] == [1, 8]
+    assert "<svg" in fig.read_text() and lat.stat().st_size > 0
+
+
+def test_sweep_needs_something_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "sweep")
+    assert code == 2 and "--rates" in err
