@@ -13,8 +13,14 @@ FIXTURES = Path(__file__).parent / "workload" / "fixtures"
 BENCH_KEYS = {"completed", "duration", "request_throughput", "input_throughput", "output_throughput"} | {
     f"{s}_{m}_ms" for s in ("mean", "median", "p90", "p99") for m in ("ttft", "tpot", "itl", "e2e_latency")
 }
-EXTRA_KEYS = {"slo_attainment", "goodput", "max_running_requests", "peak_running_requests", "prefix_cache_hit_rate",
-              "evictions"}
+EXTRA_KEYS = {
+    "slo_attainment",
+    "goodput",
+    "max_running_requests",
+    "peak_running_requests",
+    "prefix_cache_hit_rate",
+    "evictions",
+}
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -28,17 +34,42 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_simulate_json_has_bench_serving_and_slo_keys(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = cli(capsys, "simulate", "--pool-ratio", "1.1", "--workload", "fresh", "--rate", "1",
-                       "--duration", "30", "--seed", "3", "--json")
+    code, out, _ = cli(
+        capsys,
+        "simulate",
+        "--pool-ratio",
+        "1.1",
+        "--workload",
+        "fresh",
+        "--rate",
+        "1",
+        "--duration",
+        "30",
+        "--seed",
+        "3",
+        "--json",
+    )
     assert code == 0
     summary = json.loads(out)
-    assert BENCH_KEYS | EXTRA_KEYS <= set(summary)
+    assert set(summary) >= BENCH_KEYS | EXTRA_KEYS
     assert summary["max_running_requests"] == 60
 
 
 def test_same_seed_gives_byte_identical_json(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ("simulate", "--pool-ratio", "1.1", "--workload", "agentic", "--num-requests", "4", "--rate", "0.5",
-            "--seed", "11", "--json")
+    args = (
+        "simulate",
+        "--pool-ratio",
+        "1.1",
+        "--workload",
+        "agentic",
+        "--num-requests",
+        "4",
+        "--rate",
+        "0.5",
+        "--seed",
+        "11",
+        "--json",
+    )
     first = cli(capsys, *args)[1]
     second = cli(capsys, *args)[1]
     assert first == second and first.strip().startswith("{")
@@ -60,8 +91,9 @@ def test_same_seed_gives_byte_identical_json(capsys: pytest.CaptureFixture[str])
         (("--requests-out", "x.txt"), "--requests-out"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
-                                          needle: str) -> None:
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], needle: str
+) -> None:
     code, out, err = cli(capsys, "simulate", "--duration", "5", *argv)
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
@@ -76,22 +108,65 @@ def test_traces_replay(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_requests_out_writes_one_row_per_request(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     csv_path = tmp_path / "rows.csv"
-    code, out, _ = cli(capsys, "simulate", "--workload", "random", "--isl", "500", "--osl", "20", "--num-requests",
-                       "7", "--concurrency", "3", "--requests-out", str(csv_path), "--json")
+    code, _out, _ = cli(
+        capsys,
+        "simulate",
+        "--workload",
+        "random",
+        "--isl",
+        "500",
+        "--osl",
+        "20",
+        "--num-requests",
+        "7",
+        "--concurrency",
+        "3",
+        "--requests-out",
+        str(csv_path),
+        "--json",
+    )
     assert code == 0
     rows = csv_path.read_text().strip().splitlines()
     assert len(rows) == 1 + 7 and rows[0].startswith("request_id,")
     pq = tmp_path / "rows.parquet"
-    code, _, _ = cli(capsys, "simulate", "--workload", "random", "--isl", "500", "--osl", "20", "--num-requests",
-                     "7", "--concurrency", "3", "--requests-out", str(pq), "--json")
+    code, _, _ = cli(
+        capsys,
+        "simulate",
+        "--workload",
+        "random",
+        "--isl",
+        "500",
+        "--osl",
+        "20",
+        "--num-requests",
+        "7",
+        "--concurrency",
+        "3",
+        "--requests-out",
+        str(pq),
+        "--json",
+    )
     pyarrow = pytest.importorskip("pyarrow.parquet")
     assert code == 0 and pyarrow.read_table(pq).num_rows == 7
 
 
 def test_interference_reports_stream_loss_and_draws(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     fig = tmp_path / "interference.png"
-    code, out, _ = cli(capsys, "simulate", "--pool-ratio", "1.1", "--workload", "interference", "--probe-tokens",
-                       "8400", "--probe-tokens", "2000", "--figure", str(fig), "--json")
+    code, out, _ = cli(
+        capsys,
+        "simulate",
+        "--pool-ratio",
+        "1.1",
+        "--workload",
+        "interference",
+        "--probe-tokens",
+        "8400",
+        "--probe-tokens",
+        "2000",
+        "--figure",
+        str(fig),
+        "--json",
+    )
     assert code == 0
     runs = json.loads(out)
     loss = {v["probe_tokens"]: v["stream_output_loss"] for v in runs.values()}
@@ -101,9 +176,30 @@ def test_interference_reports_stream_loss_and_draws(capsys: pytest.CaptureFixtur
 
 def test_sweep_rates_sustained_and_figures(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     fig, lat = tmp_path / "att.svg", tmp_path / "lat.png"
-    code, out, _ = cli(capsys, "sweep", "--pool-ratio", "1.1", "--rates", "0.3,3", "--find-sustained",
-                       "--rate-lo", "0.2", "--rate-hi", "3", "--duration", "40", "--concurrencies", "1,8",
-                       "--num-requests", "8", "--figure", str(fig), "--latency-figure", str(lat), "--json")
+    code, out, _ = cli(
+        capsys,
+        "sweep",
+        "--pool-ratio",
+        "1.1",
+        "--rates",
+        "0.3,3",
+        "--find-sustained",
+        "--rate-lo",
+        "0.2",
+        "--rate-hi",
+        "3",
+        "--duration",
+        "40",
+        "--concurrencies",
+        "1,8",
+        "--num-requests",
+        "8",
+        "--figure",
+        str(fig),
+        "--latency-figure",
+        str(lat),
+        "--json",
+    )
     assert code == 0
     entry = next(iter(json.loads(out)["layouts"].values()))
     by_rate = {p["rate"]: p["slo_attainment"] for p in entry["rates"]}
