@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tokenmill.core.batch import DecodeItem, PrefillItem, ScheduledBatch, StepResult
+from tokenmill.core.hashing import token_block_ids
 from tokenmill.core.pages import KVPageAllocator
 from tokenmill.core.prefix_cache import HybridPrefixCache
 from tokenmill.core.request import Request, Status
@@ -156,10 +157,11 @@ class Scheduler:
         target = req.prefill_target
         resume_blocks = 0
         match = None
-        if self.cache is not None and req.block_ids:
-            usable = min(len(req.content_blocks()), (target - 1) // pt)
+        content = self._content_blocks(req)
+        if self.cache is not None and content:
+            usable = min(len(content), (target - 1) // pt)
             if usable > 0:
-                match = self.cache.match(req.content_blocks()[:usable])
+                match = self.cache.match(content[:usable])
                 resume_blocks = match.resume_blocks
         need_pages = self.pages.pages_for(target) - resume_blocks
         own_reserve = int(min(req.remaining_new, CLIP_MAX_NEW_TOKENS) * cfg.new_token_ratio) // pt
@@ -195,6 +197,12 @@ class Scheduler:
         self.stats.cached_tokens += req.cached_tokens
         self.stats.prompt_tokens_admitted += req.prefill_target
         return True
+
+    def _content_blocks(self, req: Request) -> tuple[int, ...]:
+        """Block ids of the sequence: from the workload, or hashed from real token ids."""
+        if req.prompt_ids is not None:
+            return token_block_ids([*req.prompt_ids, *req.output_ids], self.config.page_tokens)
+        return req.content_blocks()
 
     def _checkpoint_target(self, req: Request, start: int, end: int) -> tuple[int | None, int | None]:
         """The last block boundary in (start, end] and the track slot to save the state into."""
@@ -286,10 +294,10 @@ class Scheduler:
                 self._retract(req)  # nothing else to take pages from
                 continue
             slot = None
-            if self.config.hybrid and req.track_slots and self.cache is not None:
-                crosses = (req.total_len + tokens) // pt > req.total_len // pt
-                if crosses:
-                    slot = self._next_track_slot(req)
+            # After this step the state covers the tokens fed so far (total_len: the last output is
+            # fed now); copy it when that is a block boundary, so a later turn can resume there.
+            if self.config.hybrid and req.track_slots and self.cache is not None and req.total_len % pt == 0:
+                slot = self._next_track_slot(req)
             batch.decode.append(DecodeItem(req, req.total_len, tokens, slot))
 
     def _pick_victim(self, exclude: Request, prefilling: set[int]) -> Request | None:
@@ -320,7 +328,7 @@ class Scheduler:
         donated: set[int] = set()
         n_insert = 0
         if insert and cache is not None:
-            known = req.content_blocks()
+            known = self._content_blocks(req)
             n_insert = min(len(known), req.computed // pt, len(pages))
             if n_insert > 0:
                 checkpoints: dict[int, int] = {}
@@ -377,12 +385,11 @@ class Scheduler:
             if req.status is not Status.RUNNING:
                 continue
             produced = result.tokens.get(req.rid, [0])[: d.tokens] or [0]
-            before = req.total_len
             self._emit(req, produced, end_s)
-            req.computed = req.total_len
+            req.computed = req.total_len - 1  # every token but the newest is fed
             st.decode_tokens += len(produced)
-            if d.checkpoint_slot is not None and req.total_len // pt > before // pt:
-                req.checkpoint_pos, req.checkpoint_slot = req.total_len // pt, d.checkpoint_slot
+            if d.checkpoint_slot is not None:
+                req.checkpoint_pos, req.checkpoint_slot = d.context // pt, d.checkpoint_slot
             if req.rid in result.stopped or req.remaining_new <= 0:
                 finished.append(req)
         for req in finished:
@@ -400,7 +407,7 @@ class Scheduler:
         req.token_times.extend([t] * len(tokens))
 
     def _finish(self, req: Request, t: float, reason: str) -> None:
-        req.computed = min(req.computed, req.total_len)
+        req.computed = min(req.computed, req.total_len - 1)
         self._release(req, insert=True)
         req.status = Status.FINISHED
         req.finish_s = t
