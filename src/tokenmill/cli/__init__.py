@@ -21,7 +21,7 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from tokenmill.cli import catalog_cmd, plan_cmd
+    from tokenmill.cli import bench_cmd, catalog_cmd, plan_cmd
     from tokenmill.cli import sim_cmd as sim_cmd
 
     app.command("plan")(plan_cmd.plan)
@@ -29,6 +29,13 @@ def _register() -> None:
     app.command("sweep")(sim_cmd.sweep)
     app.command("models")(catalog_cmd.models)
     app.command("gpus")(catalog_cmd.gpus)
+
+    app.command("bench")(bench_cmd.bench)
+
+    from tokenmill.cli import runtime_cmd
+
+    app.command("generate")(runtime_cmd.generate)
+    app.command("serve")(runtime_cmd.serve)
 
 
 _register()

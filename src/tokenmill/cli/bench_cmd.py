@@ -1,0 +1,169 @@
+"""``tokenmill bench``: measure a running OpenAI-compatible server the way SGLang's bench_serving does.
+
+The server may be tokenmill's, SGLang's or vLLM's. Requests carry ``ignore_eos`` and
+``min_tokens`` (SGLang/vLLM extensions) so answers have the workload's lengths; a server that
+rejects unknown fields fails every request with its 400 message in ``errors``. Prompts are
+synthetic (``tokenmill.workload.bench_client``). The summary has bench_serving's keys, vLLM's
+``request_goodput`` and ``total_token_throughput``, and the simulator's SLO judge.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tokenmill.cli.options import JsonOpt
+from tokenmill.cli.sim_cmd import ConcOpt, SeedOpt, TpotOpt, TtftOpt, WorkloadOpt, _print_summary, _slo
+from tokenmill.errors import TokenmillError
+
+#: Multi-turn workloads are generated with more and more sessions until they hold --num-prompts turns.
+_SESSION_WORKLOADS = ("agentic",)
+
+
+def _check(flag: str, ok: bool, what: str, got: object) -> None:
+    if not ok:
+        raise TokenmillError(f"{flag} must be {what} (got {got})")
+
+
+def _build_workload(
+    name: str,
+    num_prompts: int,
+    rate: float | None,
+    concurrency: int | None,
+    seed: int,
+    isl: int,
+    osl: int,
+    range_ratio: float,
+    turns: int,
+) -> Any:
+    """The workload's first ``num_prompts`` requests (see ``select_requests``), paced by rate/concurrency."""
+    from tokenmill.workload.bench_client import select_requests
+    from tokenmill.workload.catalog import WorkloadOptions, make_workload
+
+    finite_rate = rate if rate is not None and math.isfinite(rate) else None
+    # rate = inf: every session ready at t = 0, i.e. as many clients as requests (bench_serving's default).
+    clients = (
+        concurrency if concurrency is not None else (num_prompts if rate is not None and finite_rate is None else None)
+    )
+
+    def make(count: int, sessions: int = 4) -> Any:
+        # A finite rate paces the arrivals; the client cap (if any) is applied by select_requests.
+        gen_conc = None if finite_rate is not None else (clients or 1)
+        if name.startswith("trace:") and finite_rate is None and clients is None:
+            gen_conc = None  # replay the recorded session starts
+        opts = WorkloadOptions(
+            rate=finite_rate,
+            concurrency=gen_conc,
+            num_requests=count,
+            seed=seed,
+            isl=isl,
+            osl=osl,
+            range_ratio=range_ratio,
+            sessions=sessions,
+            turns=turns,
+        )
+        return make_workload(name, opts)
+
+    min_sessions = concurrency or 1
+    if name == "long-session":
+        wl = make(num_prompts, max(min_sessions, -(-num_prompts // turns)))
+    elif name in _SESSION_WORKLOADS:
+        n = 1
+        wl = make(n)
+        while len(wl.requests) < num_prompts or len(wl.sessions()) < min(min_sessions, num_prompts):
+            if n >= num_prompts:
+                break
+            n = min(num_prompts, 2 * n)
+            wl = make(n)
+    else:
+        wl = make(num_prompts)
+    return select_requests(wl, num_prompts, min_sessions=min_sessions, concurrency=clients)
+
+
+def bench(
+    base_url: Annotated[str, typer.Option("--base-url", help="Server root, e.g. http://127.0.0.1:30000.")],
+    model: Annotated[str, typer.Option("--model", help="Model name sent in each request.")],
+    num_prompts: Annotated[int, typer.Option("--num-prompts", help="Requests to send (turns, for sessions).")],
+    workload: WorkloadOpt = "random",
+    concurrency: ConcOpt = None,
+    request_rate: Annotated[
+        float | None,
+        typer.Option("--request-rate", help="Poisson arrivals per second (sessions/s for multi-turn); inf = all at 0."),
+    ] = None,
+    seed: SeedOpt = 0,
+    endpoint: Annotated[str, typer.Option("--endpoint", help="completions (token-id prompts) | chat.")] = "completions",
+    isl: Annotated[int, typer.Option("--isl", help="random: input length.")] = 1024,
+    osl: Annotated[int, typer.Option("--osl", help="random: output length.")] = 1024,
+    range_ratio: Annotated[
+        float, typer.Option("--random-range-ratio", help="random: lengths uniform in [r·len, len].")
+    ] = 1.0,
+    turns: Annotated[int, typer.Option("--turns", help="long-session: turns per session.")] = 4,
+    tokenizer_vocab: Annotated[
+        int, typer.Option("--tokenizer-vocab", help="Synthetic token ids are drawn from [0, V).")
+    ] = 32_000,
+    timeout_s: Annotated[float, typer.Option("--timeout-s", help="Per-request limit (s); past it, an error.")] = 600.0,
+    slo_ttft_ms: TtftOpt = 2000.0,
+    slo_tpot_ms: TpotOpt = 25.0,
+    output_file: Annotated[
+        Path | None, typer.Option("--output-file", help="Write the summary and per-request details (JSON).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Benchmark an OpenAI-compatible server: bench_serving's summary, goodput and SLO attainment."""
+    from tokenmill.workload.bench_client import BenchConfig, bench_summary, request_details, run
+
+    _check("--num-prompts", num_prompts >= 1, "a positive integer", num_prompts)
+    if concurrency is not None:
+        _check("--concurrency", concurrency >= 1, "a positive integer", concurrency)
+    if request_rate is not None:
+        _check("--request-rate", request_rate > 0, "> 0 (or inf)", request_rate)
+    if concurrency is None and request_rate is None and not workload.startswith("trace:"):
+        raise TokenmillError("give --concurrency C (closed loop) or --request-rate R (Poisson), or both")
+    _check("--isl", isl >= 1, "a positive integer", isl)
+    _check("--osl", osl >= 1, "a positive integer", osl)
+    _check("--random-range-ratio", 0 <= range_ratio <= 1, "between 0 and 1", range_ratio)
+    _check("--turns", turns >= 1, "a positive integer", turns)
+    _check("--timeout-s", timeout_s > 0 and math.isfinite(timeout_s), "a finite number > 0", timeout_s)
+    _check("--tokenizer-vocab", tokenizer_vocab >= 2, "an integer >= 2", tokenizer_vocab)
+    _check("--seed", seed >= 0, "an integer >= 0", seed)
+    slo = _slo(slo_ttft_ms, slo_tpot_ms)
+    try:
+        import httpx  # noqa: F401
+    except ImportError:
+        raise TokenmillError("tokenmill bench needs httpx: pip install httpx") from None
+    config = BenchConfig(
+        base_url=base_url, model=model, endpoint=endpoint, seed=seed, vocab=tokenizer_vocab, timeout_s=timeout_s
+    )
+    wl = _build_workload(workload, num_prompts, request_rate, concurrency, seed, isl, osl, range_ratio, turns)
+    extra: dict[str, Any] = {}
+    if workload == "random":
+        extra = {"random_input_len": isl, "random_output_len": osl, "random_range_ratio": range_ratio}
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    show = not json_out and sys.stderr.isatty()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), disable=not show, transient=True) as progress:
+        task = progress.add_task(f"bench {workload}", total=len(wl.requests))
+        result = run(wl, config, on_done=lambda _o: progress.advance(task))
+    summary = bench_summary(
+        result, config, slo, dataset_name=workload, request_rate=request_rate, max_concurrency=concurrency, extra=extra
+    )
+    if output_file is not None:
+        try:
+            output_file.write_text(json.dumps(summary | request_details(result), indent=2) + "\n")
+        except OSError as exc:
+            raise TokenmillError(f"--output-file {str(output_file)!r}: {exc.strerror or exc}") from None
+    if json_out:
+        print(json.dumps(summary, indent=2))
+        return
+    _print_summary(summary, f"{model} at {config.url}: {workload}, {len(wl.requests)} requests")
+    if summary["errors"]:
+        distinct = list(dict.fromkeys(e.split(": ", 1)[1] for e in summary["errors"]))
+        print(f"{len(summary['errors'])} requests failed; errors:", file=sys.stderr)
+        for message in distinct[:5]:
+            print(f"  {message}", file=sys.stderr)

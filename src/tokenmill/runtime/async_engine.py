@@ -1,0 +1,153 @@
+"""The engine on a background thread, fed by the HTTP server's event loop.
+
+The thread owns the ``LLM`` (so torch never runs on the event loop): it takes new requests and
+aborts from thread-safe queues between steps, runs steps while there is work, and pushes each
+request's new tokens to an ``asyncio.Queue`` on the server's loop. A client that disconnects is
+aborted before the next step, so its slots and pages are free at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from tokenmill.core import Request, Status
+from tokenmill.errors import TokenmillError
+from tokenmill.runtime.llm import LLM
+from tokenmill.runtime.sampling import SamplingParams
+
+
+class QueueFull(Exception):
+    """The bounded queue is full: the server answers 503 with Retry-After."""
+
+
+@dataclass
+class TokenEvent:
+    token_ids: list[int]
+    finish_reason: str | None = None
+    cached_tokens: int = 0
+
+
+@dataclass
+class Stream:
+    rid: str
+    prompt_len: int
+    queue: asyncio.Queue[TokenEvent]
+    loop: asyncio.AbstractEventLoop
+    submitted: float = field(default_factory=time.perf_counter)
+    first_token: float | None = None
+    last_token: float | None = None
+
+
+class AsyncEngine:
+    def __init__(self, llm: LLM, max_queue: int = 256, on_first_token=None, on_token_gap=None) -> None:  # type: ignore[no-untyped-def]
+        self.llm = llm
+        self.max_queue = max_queue
+        self._new: deque[tuple[Stream, list[int], SamplingParams]] = deque()
+        self._aborts: deque[str] = deque()
+        self._live: dict[str, tuple[Request, Stream, int]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self._ids = 0
+        self.on_first_token = on_first_token
+        self.on_token_gap = on_token_gap
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="tokenmill-engine", daemon=True)
+        self._thread.start()
+
+    # --- called from the event loop -----------------------------------------------------------
+    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Stream:
+        with self._lock:
+            pending = len(self._new) + len(self._live)
+            if pending >= self.max_queue:
+                raise QueueFull(f"{pending} requests queued or running (limit {self.max_queue})")
+            self._ids += 1
+            stream = Stream(f"req-{self._ids}", len(prompt_ids), asyncio.Queue(), asyncio.get_running_loop())
+            self._new.append((stream, prompt_ids, params))
+        self._wake.set()
+        return stream
+
+    def abort(self, rid: str) -> None:
+        self._aborts.append(rid)
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._new) + len(self._live)
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Drain: wait for in-flight requests (bounded), then stop the thread."""
+        deadline = time.monotonic() + timeout_s
+        while self.in_flight and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.02)
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    # --- the engine thread ----------------------------------------------------------------------
+    def _push(self, stream: Stream, event: TokenEvent) -> None:
+        now = time.perf_counter()
+        if event.token_ids:
+            if stream.first_token is None:
+                stream.first_token = now
+                if self.on_first_token:
+                    self.on_first_token(now - stream.submitted)
+            elif self.on_token_gap and stream.last_token is not None:
+                self.on_token_gap(now - stream.last_token)
+            stream.last_token = now
+        stream.loop.call_soon_threadsafe(stream.queue.put_nowait, event)
+
+    def _intake(self) -> None:
+        while self._new:
+            with self._lock:
+                stream, ids, params = self._new.popleft()
+                try:
+                    req = self.llm.add_request(ids, params, request_id=stream.rid)
+                except TokenmillError as exc:
+                    self._push(stream, TokenEvent([], f"error: {exc}"))
+                    continue
+                self._live[stream.rid] = (req, stream, 0)
+        while self._aborts:
+            rid = self._aborts.popleft()
+            with self._lock:
+                entry = self._live.pop(rid, None)
+            if entry is not None:
+                self.llm.abort(entry[0])
+                self._push(entry[1], TokenEvent([], "abort"))
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items = list(self._live.items())
+        for rid, (req, stream, sent) in items:
+            new = req.output_ids[sent:]
+            done = req.status is Status.FINISHED
+            if new or done:
+                self._push(stream, TokenEvent(list(new), req.finish_reason if done else None, req.cached_tokens))
+                with self._lock:
+                    if done:
+                        self._live.pop(rid, None)
+                    else:
+                        self._live[rid] = (req, stream, sent + len(new))
+
+    def _run(self) -> None:
+        try:
+            while not self._stop:
+                self._intake()
+                if self.llm.scheduler.has_work:
+                    self.llm.step()
+                    self._deliver()
+                else:
+                    self._wake.wait(0.05)
+                    self._wake.clear()
+        except BaseException as exc:  # surface engine crashes as errors on every stream
+            self.error = exc
+            with self._lock:
+                live = list(self._live.values())
+                self._live.clear()
+            for _, stream, _ in live:
+                self._push(stream, TokenEvent([], f"error: engine failed: {exc}"))

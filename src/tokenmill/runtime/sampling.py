@@ -1,0 +1,67 @@
+"""Sampling: greedy, temperature, top-k, top-p, each request with its own seeded generator.
+
+A request with a seed draws from its own ``torch.Generator``, so its tokens do not depend on what
+else is in the batch; requests without one share the engine's generator (seeded too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from tokenmill.errors import TokenmillError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = field(default=())
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens <= 0:
+            raise TokenmillError(f"max_tokens must be a positive integer (got {self.max_tokens})")
+        if self.temperature < 0:
+            raise TokenmillError(f"temperature must be >= 0 (got {self.temperature})")
+        if not 0 < self.top_p <= 1:
+            raise TokenmillError(f"top_p must be in (0, 1] (got {self.top_p})")
+        if self.top_k < 0:
+            raise TokenmillError(f"top_k must be >= 0 (got {self.top_k})")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        cumulative = torch.cumsum(probs, dim=-1)
+        drop = cumulative - probs > top_p  # keep the smallest prefix whose mass reaches top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.empty_like(logits).scatter_(0, order, sorted_logits)
+    return logits
+
+
+def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[int]:
+    """One token per row of ``logits`` [n, vocab] (fp32)."""
+    if all(p.greedy for p in params):
+        return [int(t) for t in torch.argmax(logits, dim=-1).tolist()]
+    out: list[int] = []
+    for row, p, gen in zip(logits, params, generators, strict=True):
+        if p.greedy:
+            out.append(int(torch.argmax(row)))
+            continue
+        filtered = _filter(row / p.temperature, p.top_k, p.top_p)
+        probs = torch.softmax(filtered, dim=-1)
+        out.append(int(torch.multinomial(probs, 1, generator=gen)))
+    return out

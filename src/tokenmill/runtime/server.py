@@ -1,0 +1,428 @@
+"""The OpenAI-compatible HTTP server: ``/v1/chat/completions``, ``/v1/completions`` (streaming
+SSE and not), ``/v1/models``, ``/health`` and Prometheus ``/metrics``.
+
+Robustness: a bad body is a 400 naming the field; a prompt plus ``max_tokens`` over the context is
+a 400 with the numbers; a full queue is a 503 with ``Retry-After``; a client that disconnects
+mid-stream is aborted at once (its slots and pages freed); shutdown drains in-flight requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+
+from tokenmill.runtime.async_engine import AsyncEngine, QueueFull, Stream, TokenEvent
+from tokenmill.runtime.llm import LLM
+from tokenmill.runtime.openai_api import ChatCompletionRequest, CompletionRequest, error_body
+from tokenmill.runtime.parsers import PARSERS, KimiParser, ParsedDelta
+from tokenmill.runtime.sampling import SamplingParams
+
+
+def _metrics(llm: LLM, engine_ref: dict[str, AsyncEngine]) -> tuple[CollectorRegistry, Histogram, Histogram]:
+    reg = CollectorRegistry()
+    sched = llm.scheduler
+    Gauge("tokenmill_running_requests", "Requests running", registry=reg).set_function(lambda: sched.num_running)
+    Gauge("tokenmill_queued_requests", "Requests waiting", registry=reg).set_function(lambda: len(sched.waiting))
+    Gauge("tokenmill_kv_pages_used", "KV pages held (running requests and prefix cache)", registry=reg).set_function(
+        lambda: sched.pages.num_used
+    )
+    Gauge("tokenmill_kv_pages_total", "KV pages", registry=reg).set_function(lambda: sched.pages.capacity)
+    Gauge(
+        "tokenmill_state_slots_used", "State slots held (running requests and prefix cache)", registry=reg
+    ).set_function(lambda: sched.slots.num_used if sched.slots else 0)
+    Gauge("tokenmill_state_slots_total", "State slots", registry=reg).set_function(
+        lambda: sched.slots.capacity if sched.slots else 0
+    )
+    Gauge("tokenmill_prefix_cache_pages", "KV pages owned by the prefix cache", registry=reg).set_function(
+        lambda: sched.cache.cached_pages if sched.cache else 0
+    )
+    Gauge("tokenmill_prefix_cache_slots", "State slots owned by the prefix cache", registry=reg).set_function(
+        lambda: sched.cache.cached_slots if sched.cache else 0
+    )
+    Gauge("tokenmill_running_request_pages", "KV pages held by running requests", registry=reg).set_function(
+        lambda: sched.pages.num_used - (sched.cache.cached_pages if sched.cache else 0)
+    )
+    Gauge("tokenmill_running_request_slots", "State slots held by running requests", registry=reg).set_function(
+        lambda: (sched.slots.num_used if sched.slots else 0) - (sched.cache.cached_slots if sched.cache else 0)
+    )
+    Gauge(
+        "tokenmill_prefix_cache_hit_rate", "Prompt tokens resumed from the cache / prompt tokens admitted", registry=reg
+    ).set_function(
+        lambda: (
+            sched.stats.cached_tokens / sched.stats.prompt_tokens_admitted
+            if sched.stats.prompt_tokens_admitted
+            else 0.0
+        )
+    )
+    Gauge(
+        "tokenmill_in_flight_requests", "Requests accepted by the server and not finished", registry=reg
+    ).set_function(lambda: engine_ref["engine"].in_flight if "engine" in engine_ref else 0)
+    ttft = Histogram(
+        "tokenmill_time_to_first_token_seconds",
+        "TTFT",
+        registry=reg,
+        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+    )
+    itl = Histogram(
+        "tokenmill_inter_token_latency_seconds",
+        "Gap between streamed tokens",
+        registry=reg,
+        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+    )
+    return reg, ttft, itl
+
+
+def _field_of(error: dict[str, Any]) -> str:
+    loc = [str(p) for p in error.get("loc", ()) if p != "body"]
+    return ".".join(loc) or "body"
+
+
+def create_app(
+    llm: LLM, served_name: str = "tokenmill", max_queue: int = 256, parser: str = "kimi", drain_timeout_s: float = 30.0
+) -> FastAPI:
+    if parser not in PARSERS:
+        raise ValueError(f"unknown parser {parser!r}; known: {', '.join(PARSERS)}")
+    state: dict[str, Any] = {"accepting": True}
+    engine_ref: dict[str, AsyncEngine] = {}
+    registry, ttft_hist, itl_hist = _metrics(llm, engine_ref)
+    tok = llm.tokenizer
+    max_positions = int(getattr(llm.model.config, "max_position_embeddings", 0) or 1 << 30)
+    context_len = min(max_positions, llm.config.num_pages * llm.config.page_tokens)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine_ref["engine"] = AsyncEngine(llm, max_queue, ttft_hist.observe, itl_hist.observe)
+        yield
+        state["accepting"] = False
+        await asyncio.to_thread(engine_ref["engine"].shutdown, drain_timeout_s)
+
+    app = FastAPI(title="tokenmill", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        err = exc.errors()[0] if exc.errors() else {}
+        where = _field_of(err)
+        if err.get("type") == "json_invalid":
+            return JSONResponse(error_body(f"malformed JSON: {err.get('msg', '')}", "body"), status_code=400)
+        return JSONResponse(error_body(f"{where}: {err.get('msg', 'invalid')}", where), status_code=400)
+
+    def _params(body: Any, prompt_len: int, default_max: int) -> SamplingParams | JSONResponse:
+        max_tokens = body.max_completion_tokens or body.max_tokens or min(default_max, context_len - prompt_len)
+        if prompt_len + max_tokens > context_len:
+            return JSONResponse(
+                error_body(
+                    f"prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) exceeds the context of "
+                    f"{context_len} tokens",
+                    "max_tokens",
+                ),
+                status_code=400,
+            )
+        if max_tokens <= 0:
+            return JSONResponse(
+                error_body(f"the prompt ({prompt_len} tokens) fills the context of {context_len}", "messages"),
+                status_code=400,
+            )
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            seed=body.seed,
+            ignore_eos=body.ignore_eos or body.min_tokens >= max_tokens,
+        )
+
+    def _submit(ids: list[int], params: SamplingParams) -> Stream | JSONResponse:
+        if not state["accepting"]:
+            return JSONResponse(
+                error_body("server is shutting down", kind="unavailable", code=503),
+                status_code=503,
+                headers={"Retry-After": "5"},
+            )
+        try:
+            return engine_ref["engine"].submit(ids, params)
+        except QueueFull as exc:
+            return JSONResponse(
+                error_body(f"queue full: {exc}", kind="overloaded", code=503),
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
+
+    async def _events(stream: Stream, request: Request) -> AsyncIterator[TokenEvent]:
+        while True:
+            get = asyncio.ensure_future(stream.queue.get())
+            while True:
+                done, _ = await asyncio.wait({get}, timeout=0.25)
+                if done:
+                    break
+                if await request.is_disconnected():
+                    get.cancel()
+                    engine_ref["engine"].abort(stream.rid)
+                    return
+            event = get.result()
+            yield event
+            if event.finish_reason is not None:
+                return
+
+    async def _collect(stream: Stream, request: Request) -> TokenEvent:
+        """All tokens of a non-streamed answer, with the final reason and cached-token count."""
+        out = TokenEvent([])
+        async for event in _events(stream, request):
+            out.token_ids.extend(event.token_ids)
+            out.finish_reason, out.cached_tokens = event.finish_reason, event.cached_tokens
+        return out
+
+    def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+
+    def _finish(reason: str | None, tool_calls: bool) -> str:
+        if tool_calls:
+            return "tool_calls"
+        return "length" if reason == "length" else "stop"
+
+    def _stop_hit(text: str, stop: str | list[str] | None) -> int | None:
+        if not stop:
+            return None
+        stops = [stop] if isinstance(stop, str) else stop
+        hits = [text.find(s) for s in stops if s and s in text]
+        return min(hits) if hits else None
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        engine = engine_ref.get("engine")
+        if engine is None or engine.error is not None:
+            return JSONResponse({"status": "error"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(registry).decode(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": served_name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "tokenmill",
+                        "max_model_len": context_len,
+                    }
+                ],
+            }
+        )
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(body: CompletionRequest, request: Request) -> Any:
+        prompt = body.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            if len(prompt) != 1:
+                return JSONResponse(
+                    error_body("prompt: only one prompt per request (n = 1)", "prompt"), status_code=400
+                )
+            prompt = prompt[0]
+        ids = tok.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if any(t < 0 or t >= llm.model.vocab_size for t in ids):
+            return JSONResponse(
+                error_body(f"prompt: token ids must be in [0, {llm.model.vocab_size})", "prompt"), status_code=400
+            )
+        params = _params(body, len(ids), 16)
+        if isinstance(params, JSONResponse):
+            return params
+        stream = _submit(ids, params)
+        if isinstance(stream, JSONResponse):
+            return stream
+        rid, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        include_usage = bool(body.stream_options and body.stream_options.get("include_usage"))
+
+        if body.stream:
+
+            async def sse() -> AsyncIterator[str]:
+                out: list[int] = []
+                text = ""
+                cached = 0
+                async for event in _events(stream, request):
+                    new, reason, cached = event.token_ids, event.finish_reason, event.cached_tokens
+                    if reason is not None and reason.startswith("error"):
+                        yield f"data: {json.dumps(error_body(reason, kind='server_error', code=500))}\n\n"
+                        return
+                    out.extend(new)
+                    full = tok.decode(out)
+                    delta, text = full[len(text) :], full
+                    cut = _stop_hit(text, body.stop)
+                    if cut is not None:
+                        engine_ref["engine"].abort(stream.rid)
+                        delta, reason = delta[: max(0, len(delta) - (len(text) - cut))], "stop"
+                    if delta or reason:
+                        choice = {
+                            "index": 0,
+                            "text": delta,
+                            "logprobs": None,
+                            "finish_reason": None if reason is None else _finish(reason, False),
+                        }
+                        yield f"data: {json.dumps({'id': rid, 'object': 'text_completion', 'created': created, 'model': served_name, 'choices': [choice]})}\n\n"  # noqa: E501
+                    if cut is not None:
+                        break
+                if include_usage:
+                    usage = _usage(len(ids), len(out), cached)
+                    yield f"data: {json.dumps({'id': rid, 'object': 'text_completion', 'created': created, 'model': served_name, 'choices': [], 'usage': usage})}\n\n"  # noqa: E501
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(sse(), media_type="text/event-stream")
+
+        final = await _collect(stream, request)
+        out, reason, cached = final.token_ids, final.finish_reason, final.cached_tokens
+        if reason and reason.startswith("error"):
+            return JSONResponse(error_body(reason, kind="server_error", code=500), status_code=500)
+        text = tok.decode(out)
+        cut = _stop_hit(text, body.stop)
+        if cut is not None:
+            text, reason = text[:cut], "stop"
+        return {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": served_name,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": _finish(reason, False)}],
+            "usage": _usage(len(ids), len(out), cached),
+        }
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(body: ChatCompletionRequest, request: Request) -> Any:
+        messages = [
+            {"role": m.role, "content": m.text(), "tool_calls": m.tool_calls, "name": m.name} for m in body.messages
+        ]
+        text = tok.apply_chat_template(messages, tools=body.tools, add_generation_prompt=True)
+        ids = tok.encode(text)
+        if any(t >= llm.model.vocab_size for t in ids):
+            return JSONResponse(
+                error_body(
+                    f"the tokenizer produced ids beyond the model's vocabulary of {llm.model.vocab_size}",
+                    "messages",
+                    kind="server_error",
+                    code=500,
+                ),
+                status_code=500,
+            )
+        params = _params(body, len(ids), 1024)
+        if isinstance(params, JSONResponse):
+            return params
+        stream = _submit(ids, params)
+        if isinstance(stream, JSONResponse):
+            return stream
+        rid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        include_usage = bool(body.stream_options and body.stream_options.get("include_usage"))
+        use_tools = body.tool_choice != "none"
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> str:
+            payload = {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": served_name,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            }
+            return f"data: {json.dumps(payload)}\n\n"
+
+        def tool_dicts(parsed: ParsedDelta, start: int) -> list[dict[str, Any]]:
+            return [
+                {
+                    "index": start + i,
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for i, c in enumerate(parsed.tool_calls)
+            ]
+
+        if body.stream:
+
+            async def sse() -> AsyncIterator[str]:
+                parser: KimiParser = PARSERS[parser_name]()
+                out: list[int] = []
+                decoded = ""
+                n_calls = 0
+                cached = 0
+                yield chunk({"role": "assistant", "content": ""}, None)
+                async for event in _events(stream, request):
+                    new, reason, cached = event.token_ids, event.finish_reason, event.cached_tokens
+                    if reason is not None and reason.startswith("error"):
+                        yield f"data: {json.dumps(error_body(reason, kind='server_error', code=500))}\n\n"
+                        return
+                    out.extend(new)
+                    full = tok.decode(out)
+                    piece, decoded = full[len(decoded) :], full
+                    parsed = parser.feed(piece, final=reason is not None)
+                    if not use_tools and parsed.tool_calls:
+                        parsed.content += "".join(c.arguments for c in parsed.tool_calls)
+                        parsed.tool_calls = []
+                    if parsed.reasoning:
+                        yield chunk({"reasoning_content": parsed.reasoning}, None)
+                    if parsed.content:
+                        yield chunk({"content": parsed.content}, None)
+                    if parsed.tool_calls:
+                        yield chunk({"tool_calls": tool_dicts(parsed, n_calls)}, None)
+                        n_calls += len(parsed.tool_calls)
+                    if reason is not None:
+                        yield chunk({}, _finish(reason, n_calls > 0))
+                if include_usage:
+                    payload = {
+                        "id": rid,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": served_name,
+                        "choices": [],
+                        "usage": _usage(len(ids), len(out), cached),
+                    }
+                    yield f"data: {json.dumps(payload)}\n\n"
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(sse(), media_type="text/event-stream")
+
+        final = await _collect(stream, request)
+        out, reason, cached = final.token_ids, final.finish_reason, final.cached_tokens
+        if reason and reason.startswith("error"):
+            return JSONResponse(error_body(reason, kind="server_error", code=500), status_code=500)
+        parsed = PARSERS[parser_name]().feed(tok.decode(out), final=True)
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
+        if parsed.reasoning:
+            message["reasoning_content"] = parsed.reasoning
+        if parsed.tool_calls and use_tools:
+            message["tool_calls"] = tool_dicts(parsed, 0)
+        elif parsed.tool_calls:
+            message["content"] = (parsed.content or "") + "".join(c.arguments for c in parsed.tool_calls)
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": served_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": _finish(reason, bool(message.get("tool_calls"))),
+                }
+            ],
+            "usage": _usage(len(ids), len(out), cached),
+        }
+
+    parser_name = parser
+    return app

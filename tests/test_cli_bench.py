@@ -1,0 +1,157 @@
+"""`tokenmill bench` through the real entry point, against the fake server of the client tests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
+from tests.workload.test_bench_client import FakeServer, free_port
+from tokenmill.cli import main
+from tokenmill.cli.bench_cmd import _build_workload
+
+TRACE = Path(__file__).parent / "workload" / "fixtures" / "bench_sessions.jsonl"
+RUN_KEYS = {"backend", "base_url", "model_id", "max_concurrency", "request_rate", "num_prompts", "dataset_name"}
+METRIC_KEYS = {
+    "completed",
+    "failed",
+    "duration",
+    "request_throughput",
+    "input_throughput",
+    "output_throughput",
+    "total_throughput",
+    "total_token_throughput",
+    "request_goodput",
+    "slo_attainment",
+    "concurrency",
+    "max_concurrent_requests",
+    "errors",
+} | {f"{s}_{m}_ms" for s in ("mean", "median", "std", "p90", "p95", "p99") for m in ("ttft", "tpot", "itl", "e2el")}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeServer]:
+    srv = FakeServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def fake(server: FakeServer) -> FakeServer:
+    server.reset()
+    return server
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def bench_args(srv: FakeServer, *extra: str, model: str = "ttft=0.01;itl=0.002") -> list[str]:
+    return ["bench", "--base-url", srv.url, "--model", model, "--seed", "1", *extra]
+
+
+def test_json_prints_one_object_with_bench_serving_keys(capsys: pytest.CaptureFixture[str], fake: FakeServer) -> None:
+    args = bench_args(fake, "--workload", "random", "--isl", "64", "--osl", "4", "--num-prompts", "8")
+    code, out, err = cli(capsys, *args, "--concurrency", "2", "--json")
+    assert code == 0, err
+    summary = json.loads(out)  # the whole of stdout is one JSON object
+    assert isinstance(summary, dict)
+    assert set(summary) >= RUN_KEYS | METRIC_KEYS
+    assert summary["completed"] == 8 and summary["failed"] == 0
+    assert summary["num_prompts"] == 8 and summary["max_concurrency"] == 2 and summary["request_rate"] == "inf"
+    assert summary["dataset_name"] == "random" and summary["model_id"] == "ttft=0.01;itl=0.002"
+    assert summary["total_output_tokens"] == 32 and summary["total_input_tokens"] == 8 * 64
+    assert summary["max_in_flight"] <= 2 and fake.max_in_flight <= 2
+    assert summary["slo_attainment"] == 1.0
+    assert len(fake.bodies) == 8
+
+
+def test_output_file_and_table(capsys: pytest.CaptureFixture[str], fake: FakeServer, tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    args = bench_args(fake, "--workload", "fresh", "--num-prompts", "5", "--request-rate", "50")
+    code, out, err = cli(capsys, *args, "--output-file", str(path), "--endpoint", "chat")
+    assert code == 0, err
+    assert "completed" in out and "request_goodput" in out
+    data = json.loads(path.read_text())
+    assert data["completed"] == 5 and data["request_rate"] == 50.0 and data["max_concurrency"] is None
+    assert data["backend"] == "openai-chat"
+    assert len(data["requests"]) == 5 and len(data["ttfts"]) == 5 and len(data["itls"]) == 5
+    assert all(r["error"] is None and r["ttft_ms"] > 0 for r in data["requests"])
+    assert all("messages" in b for b in fake.bodies)
+
+
+def test_trace_sessions_in_closed_loop(capsys: pytest.CaptureFixture[str], fake: FakeServer) -> None:
+    args = bench_args(fake, "--workload", f"trace:{TRACE}", "--num-prompts", "6", "--concurrency", "2", "--json")
+    code, out, err = cli(capsys, *args)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["completed"] == 6 and fake.max_in_flight <= 2
+    a = [b["prompt"] for b in fake.bodies if len(b["prompt"]) in (140, 270, 330)]
+    assert [len(p) for p in a] == [140, 270, 330]  # turns in order
+    assert a[1][:140] == a[0] and a[2][:270] == a[1]  # each turn starts with the previous prompt
+
+
+def test_unreachable_server_gives_failed_requests_not_a_crash(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["bench", "--base-url", f"http://127.0.0.1:{free_port()}", "--model", "m", "--num-prompts", "3"]
+    code, out, err = cli(capsys, *args, "--concurrency", "1", "--isl", "8", "--osl", "2", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["completed"] == 0 and summary["failed"] == 3 and len(summary["errors"]) == 3
+    assert "ConnectError" in summary["errors"][0]
+    code, out, err = cli(capsys, *args, "--concurrency", "1", "--isl", "8", "--osl", "2")
+    assert code == 0 and "3 requests failed" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        (["--num-prompts", "0", "--concurrency", "1"], "--num-prompts"),
+        (["--num-prompts", "2", "--concurrency", "0"], "--concurrency"),
+        (["--num-prompts", "2", "--request-rate", "-1"], "--request-rate"),
+        (["--num-prompts", "2"], "--concurrency"),
+        (["--num-prompts", "2", "--concurrency", "1", "--endpoint", "responses"], "--endpoint"),
+        (["--num-prompts", "2", "--concurrency", "1", "--workload", "nope"], "--workload"),
+        (["--num-prompts", "2", "--concurrency", "1", "--timeout-s", "0"], "--timeout-s"),
+        (["--num-prompts", "2", "--concurrency", "1", "--tokenizer-vocab", "1"], "--tokenizer-vocab"),
+        (["--num-prompts", "2", "--concurrency", "1", "--slo-tpot-ms", "0"], "--slo-tpot-ms"),
+        (["--num-prompts", "99", "--workload", f"trace:{TRACE}"], "--num-prompts"),
+        (["--concurrency", "1"], "--num-prompts"),
+        (["--num-prompts", "two"], "--num-prompts"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], extra: list[str], flag: str) -> None:
+    code, out, err = cli(capsys, "bench", "--base-url", "http://127.0.0.1:9", "--model", "m", *extra)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("error:") and flag in err, err
+
+
+def test_bad_base_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(
+        capsys, "bench", "--base-url", "127.0.0.1:8000", "--model", "m", "--num-prompts", "1", "--concurrency", "1"
+    )
+    assert code == 2 and err.count("\n") == 1 and "--base-url" in err
+
+
+def test_session_workloads_are_cut_to_num_prompts() -> None:
+    wl = _build_workload("agentic", 30, None, 4, 0, 1024, 1024, 1.0, 4)
+    assert len(wl.requests) == 30 and len(wl.sessions()) >= 4 and wl.concurrency == 4
+    wl = _build_workload("long-session", 10, 2.0, None, 0, 1024, 1024, 1.0, 4)
+    assert len(wl.requests) == 10 and wl.concurrency is None
+    assert [len(t) for t in wl.sessions().values()] == [4, 3, 3]
+    wl = _build_workload("random", 5, float("inf"), None, 0, 64, 8, 1.0, 4)
+    assert len(wl.requests) == 5 and wl.concurrency == 5  # rate inf: everything at t = 0
+    wl = _build_workload("random", 6, 50.0, 2, 0, 64, 8, 1.0, 4)  # Poisson arrivals, at most 2 in flight
+    assert wl.concurrency == 2 and all(r.arrival_s is not None for r in wl.requests)
