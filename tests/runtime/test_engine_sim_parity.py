@@ -9,15 +9,15 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tokenmill.core import Engine, Request, Scheduler  # noqa: E402
-from tokenmill.core.hashing import token_block_ids  # noqa: E402
-from tokenmill.hardware import load_gpu  # noqa: E402
-from tokenmill.perf import CostModel  # noqa: E402
-from tokenmill.plan import Layout  # noqa: E402
-from tokenmill.runtime.llm import LLM, EngineOptions  # noqa: E402
-from tokenmill.runtime.sampling import SamplingParams  # noqa: E402
-from tokenmill.sim import SimExecutor  # noqa: E402
-from tokenmill.spec import load_model as load_spec  # noqa: E402
+from tokenmill.core import Engine, Request, Scheduler
+from tokenmill.core.hashing import token_block_ids
+from tokenmill.hardware import load_gpu
+from tokenmill.perf import CostModel
+from tokenmill.plan import Layout
+from tokenmill.runtime.llm import LLM, EngineOptions
+from tokenmill.runtime.sampling import SamplingParams
+from tokenmill.sim import SimExecutor
+from tokenmill.spec import load_model as load_spec
 
 
 def _prompts(seed: int) -> list[list[int]]:

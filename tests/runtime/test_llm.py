@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tokenmill.errors import TokenmillError  # noqa: E402
-from tokenmill.runtime.llm import LLM, EngineOptions  # noqa: E402
-from tokenmill.runtime.sampling import SamplingParams  # noqa: E402
+from tokenmill.errors import TokenmillError
+from tokenmill.runtime.llm import LLM, EngineOptions
+from tokenmill.runtime.sampling import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 
