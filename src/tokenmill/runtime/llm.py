@@ -5,6 +5,7 @@ server drives. The same ``core.Engine`` and ``Scheduler`` as the simulator, with
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ class EngineOptions:
     mixed_chunk: bool = True
     seed: int = 0
     device: str = "cpu"
+    threads: int | None = None  # torch threads; default 1 on a machine of 2 cores or fewer
 
 
 def resolve_model_dir(model: str | Path | None) -> Path:
@@ -76,6 +78,11 @@ class LLM:
         self.options = opts
         self.model_dir = resolve_model_dir(model)
         dtype = _DTYPES[opts.dtype]
+        # On a small machine the model's many small ops run faster on one thread, and two OpenMP
+        # threads collapse when another process shares the cores (docs/engine.md).
+        threads = opts.threads if opts.threads is not None else (1 if (os.cpu_count() or 1) <= 2 else None)
+        if threads is not None:
+            torch.set_num_threads(threads)
         torch.manual_seed(opts.seed)
         self.model = load_model(self.model_dir, dtype=dtype, device=opts.device)
         self.tokenizer = Tokenizer(self.model_dir if (self.model_dir / "tokenizer.json").exists() else None)

@@ -152,7 +152,7 @@ def test_published_k3_config() -> None:
     cfg = model.config
     assert [i for i, t in enumerate(cfg.attn_types) if t == "mla"] == [*range(3, 92, 4), 92]
     assert len(model.linear_layers) == 69 and model.kv_width == 576
-    assert model.ssm_shape == (96, 128, 128) and model.conv_shape == (3 * 12288, 3)
+    assert model.ssm_shape == (96, 128, 128) and model.conv_shape == (3, 3 * 12288)
     assert cfg.latent_dim == 3584 and cfg.latent_norm and cfg.hidden_act == "situ"
     assert cfg.attn_res_block_size == 12 and cfg.mla_output_gate and cfg.rope is None
     assert cfg.kda_full_rank_gate and cfg.kda_gate_lower_bound == -5.0

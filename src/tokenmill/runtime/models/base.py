@@ -36,7 +36,7 @@ class CachePools:
 
     kv: torch.Tensor | None  # [n_kv_layers, num_pages, page_size, kv_width]
     ssm: torch.Tensor | None  # [n_linear_layers, num_slots, H, dk, dv] fp32 recurrent state
-    conv: torch.Tensor | None  # [n_linear_layers, num_slots, conv_channels, K-1] model dtype
+    conv: torch.Tensor | None  # [n_linear_layers, num_slots, K-1, conv_channels] model dtype
     page_size: int
 
 
@@ -49,7 +49,7 @@ class CausalLM(nn.Module):
     linear_layers: list[int]  # layer indices with a recurrent state (KDA)
     kv_width: int  # values cached per token per KV layer (kv_lora_rank + qk_rope_head_dim)
     ssm_shape: tuple[int, int, int]  # (H, dk, dv) per linear layer
-    conv_shape: tuple[int, int]  # (channels, K-1) per linear layer
+    conv_shape: tuple[int, int]  # (K-1, channels) per linear layer: a window is K-1 token rows
 
     def forward_slices(self, slices: list[SeqSlice], pools: CachePools, *, all_logits: bool = False) -> torch.Tensor:
         """Run one step; return fp32 logits ``[num slices with want_logits, vocab]`` in slice order.

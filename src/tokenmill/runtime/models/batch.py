@@ -9,7 +9,7 @@ row that ``gather_rows`` appends, so padded entries never need special cases in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 import torch
@@ -35,6 +35,13 @@ class Group:
     state_slots: torch.Tensor  # [B] live state slot
     ckpt_rel: list[int | None]  # checkpoint position relative to start (0 < c <= n), if any
     ckpt_slots: torch.Tensor  # [B] checkpoint slot (pad: the live slot, never written)
+    dense: bool = False  # rows == arange(T).view(B, n): the group is the whole token axis, unpadded
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [T, ...] → [B, n_max, ...] per sequence (a view when the group is dense)."""
+        if self.dense:
+            return x.view(self.rows.shape[0], self.rows.shape[1], *x.shape[1:])
+        return gather_rows(x, self.rows)
 
     @property
     def size(self) -> int:
@@ -54,6 +61,34 @@ class ChunkLayout:
     rows: torch.Tensor  # [B, n_chunks * C] row in the token axis (pad: T)
     ckpt_chunk: torch.Tensor  # [B] index of the chunk after which to snapshot (-1: none)
     n_chunks: int
+    dense: bool = False  # rows == arange(T).view(B, N·C): no padding, the token axis as it is
+
+
+class Workspace:
+    """Reusable scratch buffers of one model, for the large per-step temporaries.
+
+    Fresh multi-MiB tensors cost page faults every step (the allocator hands big blocks back to
+    the OS), which on small CPU machines is a visible share of a decode step; a buffer kept here
+    is allocated once and then only grows (so it holds the largest such temporary seen, e.g. the
+    gathered MLA context of the longest step). A buffer's contents are garbage, and valid only until
+    the next ``take`` of the same name, so it must not outlive the layer that took it. Buffers
+    are kept apart for inference mode (an inference tensor cannot be written outside it).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, torch.dtype, torch.device, bool], torch.Tensor] = {}
+
+    def take(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        numel = 1
+        for d in shape:
+            numel *= d
+        key = (name, dtype, device, torch.is_inference_mode_enabled())
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            grown = 0 if buf is None else buf.numel() * 5 // 4  # contexts grow a little every step
+            buf = torch.empty(max(numel, grown), dtype=dtype, device=device)
+            self._buffers[key] = buf
+        return buf[:numel].view(shape)
 
 
 @dataclass
@@ -66,12 +101,25 @@ class StepContext:
     prefill: Group
     chunks: ChunkLayout | None  # of the prefill group, if the model has KDA layers
     logit_rows: torch.Tensor  # [num slices with want_logits] last row of each such slice
+    workspace: Workspace = field(default_factory=Workspace)  # the model's scratch buffers
 
 
 def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``x[rows]`` where ``rows`` may hold ``len(x)``, which reads as a zero row (padding)."""
-    pad = x.new_zeros((1, *x.shape[1:]))
-    return torch.cat([x, pad])[rows]
+    """``x[rows]`` where ``rows`` may hold ``len(x)``, which reads as a zero row (padding).
+
+    ``index_select`` copies whole rows (advanced indexing goes element by element on CPU, several
+    times slower at these sizes), and the padding is zeroed afterwards instead of appending a zero
+    row to ``x``, which would copy all of it.
+    """
+    T = x.shape[0]
+    out = x.index_select(0, rows.reshape(-1).clamp(max=T - 1)).view(*rows.shape, *x.shape[1:])
+    pad = (rows >= T).view(*rows.shape, *([1] * (x.dim() - 1)))
+    return out.masked_fill_(pad, 0)
+
+
+def scatter_rows(out: torch.Tensor, rows: torch.Tensor, src: torch.Tensor) -> None:
+    """``out[rows] = src`` for ``rows`` [B, n] into ``out`` [T + 1, ...] (row T takes the padding)."""
+    out.index_copy_(0, rows.reshape(-1), src.reshape(-1, *out.shape[1:]))
 
 
 def _group(
@@ -100,6 +148,7 @@ def _group(
         cells = torch.zeros(len(ids), pos.shape[1], dtype=torch.int64, device=device)
     ckpt_rel: list[int | None] = []
     ckpt_slot: list[int] = []
+    dense = bool(ids) and len(ids) == len(slices) and min(lengths) == max(lengths)
     for i in ids:
         s = slices[i]
         at, slot = s.checkpoint_at, s.checkpoint_slot
@@ -116,6 +165,7 @@ def _group(
         state_slots=torch.tensor([slices[i].state_slot for i in ids], dtype=torch.int64, device=device),
         ckpt_rel=ckpt_rel,
         ckpt_slots=torch.tensor(ckpt_slot, dtype=torch.int64, device=device),
+        dense=dense,
     )
 
 
@@ -138,6 +188,7 @@ def _chunk_layout(g: Group, T: int, chunk: int) -> ChunkLayout:
         rows=rows_t,
         ckpt_chunk=torch.tensor(ckpt_chunk, dtype=torch.int64, device=device),
         n_chunks=rows_t.shape[1] // chunk,
+        dense=g.dense and rows_t.numel() == T,
     )
 
 
@@ -170,7 +221,13 @@ def _check(s: SeqSlice, k: int, pools: CachePools, has_state: bool) -> None:
                 raise TokenmillError(f"slice {k}: {name} {slot} outside the {slots} state slots")
 
 
-def build_context(slices: list[SeqSlice], pools: CachePools, device: torch.device, has_state: bool) -> StepContext:
+def build_context(
+    slices: list[SeqSlice],
+    pools: CachePools,
+    device: torch.device,
+    has_state: bool,
+    workspace: Workspace | None = None,
+) -> StepContext:
     if not slices:
         raise TokenmillError("forward_slices needs at least one slice")
     offsets, T = [], 0
@@ -184,19 +241,26 @@ def build_context(slices: list[SeqSlice], pools: CachePools, device: torch.devic
     pre = [k for k, s in enumerate(slices) if s.token_ids.numel() > 1]
     decode = _group(slices, dec, offsets, T, pools.page_size, device, has_kv)
     prefill = _group(slices, pre, offsets, T, pools.page_size, device, has_kv)
-    positions = torch.zeros(T + 1, dtype=torch.int64, device=device)
-    slot_mapping = torch.zeros(T + 1, dtype=torch.int64, device=device)
-    for g in (decode, prefill):  # scatter each group's positions and new cells onto the token axis
-        positions[g.rows] = g.positions
-        slot_mapping[g.rows] = g.kv_slots.gather(1, g.positions)
+    only = decode if not pre else prefill if not dec else None
+    if only is not None and only.dense:  # one unpadded group: its tables already are the token axis
+        positions = only.positions.reshape(-1)
+        slot_mapping = only.kv_slots.gather(1, only.positions).reshape(-1)
+    else:  # scatter each group's positions and new cells onto the token axis
+        positions = torch.zeros(T + 1, dtype=torch.int64, device=device)
+        slot_mapping = torch.zeros(T + 1, dtype=torch.int64, device=device)
+        for g in (decode, prefill):
+            positions[g.rows] = g.positions
+            slot_mapping[g.rows] = g.kv_slots.gather(1, g.positions)
+        positions, slot_mapping = positions[:T], slot_mapping[:T]
     logit_rows = [offsets[k] + int(s.token_ids.numel()) - 1 for k, s in enumerate(slices) if s.want_logits]
     return StepContext(
         num_tokens=T,
         token_ids=token_ids,
-        positions=positions[:T],
-        slot_mapping=slot_mapping[:T],
+        positions=positions,
+        slot_mapping=slot_mapping,
         decode=decode,
         prefill=prefill,
         chunks=_chunk_layout(prefill, T, KDA_CHUNK) if has_state and pre else None,
         logit_rows=torch.tensor(logit_rows, dtype=torch.int64, device=device),
+        workspace=workspace or Workspace(),
     )

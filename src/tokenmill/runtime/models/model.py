@@ -31,7 +31,7 @@ from torch import nn
 from tokenmill.errors import TokenmillError
 from tokenmill.runtime.models.attn_res import mix_rows
 from tokenmill.runtime.models.base import CachePools, CausalLM, SeqSlice
-from tokenmill.runtime.models.batch import StepContext, build_context
+from tokenmill.runtime.models.batch import StepContext, Workspace, build_context
 from tokenmill.runtime.models.config import ModelConfig
 from tokenmill.runtime.models.kda import KDAttention
 from tokenmill.runtime.models.mla import MLAttention
@@ -114,7 +114,8 @@ class HybridLM(CausalLM):
         self.linear_layers = [i for i, t in enumerate(cfg.attn_types) if t == "kda"]
         self.kv_width = cfg.kv_width
         self.ssm_shape = (cfg.kda_heads, cfg.kda_head_dim, cfg.kda_head_dim)
-        self.conv_shape = (3 * cfg.kda_heads * cfg.kda_head_dim, max(cfg.conv_kernel - 1, 0))
+        self.conv_shape = (max(cfg.conv_kernel - 1, 0), 3 * cfg.kda_heads * cfg.kda_head_dim)
+        self.workspace = Workspace()  # scratch buffers shared by the layers (they run one at a time)
         self.pool_slot = {
             i: self.kv_layers.index(i) if t == "mla" else self.linear_layers.index(i)
             for i, t in enumerate(cfg.attn_types)
@@ -150,7 +151,7 @@ class HybridLM(CausalLM):
     def forward_slices(self, slices: list[SeqSlice], pools: CachePools, *, all_logits: bool = False) -> torch.Tensor:
         if self.kv_layers and pools.kv is None:
             raise TokenmillError("this model has MLA layers: the pools need a kv cache")
-        ctx = build_context(slices, pools, self.embed_tokens.device, bool(self.linear_layers))
+        ctx = build_context(slices, pools, self.embed_tokens.device, bool(self.linear_layers), self.workspace)
         self._prepare_states(slices, pools)
         x = self.embed_tokens[ctx.token_ids]
         if self.config.attn_res_block_size:

@@ -17,22 +17,28 @@ from tokenmill.runtime.models.weights import TensorSpec, new_param, spec
 
 
 class MLP(nn.Module):
-    """Gated MLP: down(act(gate(x)) · up(x)); SiLU-GLU or SiTU-GLU per ``hidden_act``."""
+    """Gated MLP: down(act(gate(x)) · up(x)); SiLU-GLU or SiTU-GLU per ``hidden_act``.
+
+    ``gate_proj`` and ``up_proj`` are stacked into one ``w13`` [2I, D] (one matmul)."""
 
     def __init__(self, cfg: ModelConfig, hidden: int, inter: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.cfg = cfg
-        self.gate_proj = new_param((inter, hidden), dtype, device)
-        self.up_proj = new_param((inter, hidden), dtype, device)
+        self.w13 = new_param((2 * inter, hidden), dtype, device)
         self.down_proj = new_param((hidden, inter), dtype, device)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         c = self.cfg
-        h = glu(linear(x, self.gate_proj), linear(x, self.up_proj), c.hidden_act, c.situ_beta, c.situ_linear_beta)
-        return linear(h, self.down_proj)
+        gate, up = linear(x, self.w13).chunk(2, dim=-1)
+        return linear(glu(gate, up, c.hidden_act, c.situ_beta, c.situ_linear_beta), self.down_proj)
 
     def tensors(self, prefix: str) -> list[TensorSpec]:
-        return [spec(f"{prefix}{n}.weight", getattr(self, n)) for n in ("gate_proj", "up_proj", "down_proj")]
+        gate, up = self.w13.data.chunk(2)
+        return [
+            TensorSpec(f"{prefix}gate_proj.weight", tuple(gate.shape), gate),
+            TensorSpec(f"{prefix}up_proj.weight", tuple(up.shape), up),
+            spec(f"{prefix}down_proj.weight", self.down_proj),
+        ]
 
 
 class Router(nn.Module):
@@ -90,8 +96,12 @@ class Experts(nn.Module):
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)
         token = order // k
+        # One host read of the per-expert counts (free on CPU); measured against a padded
+        # [E, capacity, D] bmm and a dense all-experts pass, this loop over the hit experts is the
+        # fastest at 1-4096 tokens (the bmm pays for padding and two scatters, dense for E/k× the
+        # flops).
         counts = torch.bincount(flat, minlength=c.num_experts).tolist()
-        xs = x[token]
+        xs = x.index_select(0, token)
         ys = torch.empty_like(xs)
         start = 0
         for e, n in enumerate(counts):
