@@ -213,6 +213,9 @@ def test_concurrent_streams_and_disconnects_leave_nothing_held(server: Server) -
     assert m["tokenmill_running_requests"] == 0
     assert m["tokenmill_running_request_pages"] == 0 and m["tokenmill_running_request_slots"] == 0
     assert m["tokenmill_time_to_first_token_seconds_count"] >= 48
+    assert httpx.post(f"{server.url}/flush_cache", timeout=60).json() == {"flushed": True}
+    m = metrics(server.url)
+    assert m["tokenmill_kv_pages_used"] == 0 and m["tokenmill_state_slots_used"] == 0
 
 
 def test_full_queue_is_503_with_retry_after() -> None:

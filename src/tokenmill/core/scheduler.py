@@ -417,6 +417,14 @@ class Scheduler:
             self.chunked = None
         self.stats.finished += 1
 
+    def flush_cache(self) -> int:
+        """Evict every prefix-cache entry no running request uses (SGLang's /flush_cache)."""
+        if self.cache is None:
+            return 0
+        freed = self.cache.evict_pages(self.cache.evictable_pages)
+        self.cache.evict_slots(self.cache.evictable_slots)
+        return freed
+
     def abort(self, req: Request) -> None:
         """Drop a request (client gone): free what it holds at once, cache nothing."""
         if req.status is Status.WAITING:

@@ -52,6 +52,8 @@ class AsyncEngine:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
+        self._flush = threading.Event()
+        self._flushed = threading.Event()
         self._ids = 0
         self.on_first_token = on_first_token
         self.on_token_gap = on_token_gap
@@ -74,6 +76,13 @@ class AsyncEngine:
     def abort(self, rid: str) -> None:
         self._aborts.append(rid)
         self._wake.set()
+
+    def flush_cache(self, timeout_s: float = 30.0) -> bool:
+        """Ask the engine thread to evict the prefix cache between steps; wait until it has."""
+        self._flushed.clear()
+        self._flush.set()
+        self._wake.set()
+        return self._flushed.wait(timeout_s)
 
     @property
     def in_flight(self) -> int:
@@ -103,6 +112,10 @@ class AsyncEngine:
         stream.loop.call_soon_threadsafe(stream.queue.put_nowait, event)
 
     def _intake(self) -> None:
+        if self._flush.is_set():
+            self._flush.clear()
+            self.llm.scheduler.flush_cache()
+            self._flushed.set()
         while self._new:
             with self._lock:
                 stream, ids, params = self._new.popleft()

@@ -208,6 +208,12 @@ def create_app(
             return JSONResponse({"status": "error"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
+    @app.post("/flush_cache")
+    async def flush_cache() -> JSONResponse:
+        """Evict every prefix-cache entry no request is using (as SGLang's /flush_cache)."""
+        done = await asyncio.to_thread(engine_ref["engine"].flush_cache)
+        return JSONResponse({"flushed": done}, status_code=200 if done else 503)
+
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest(registry).decode(), media_type="text/plain; version=0.0.4")
