@@ -38,8 +38,10 @@ def main() -> None:
         profiler.disable()
     t2 = time.perf_counter()
     summary = simulation_summary(result, SLO(), expected=len(workload.requests))
-    print(f"requests {len(workload.requests):,}, engine steps {summary['engine_steps']:,}, "
-          f"simulated {result.end_s:,.0f} s, SLO attainment {summary['slo_attainment']:.1%}")
+    print(
+        f"requests {len(workload.requests):,}, engine steps {summary['engine_steps']:,}, "
+        f"simulated {result.end_s:,.0f} s, SLO attainment {summary['slo_attainment']:.1%}"
+    )
     print(f"wall: workload {t1 - t0:.2f} s, simulation {t2 - t1:.2f} s, total {t2 - t0:.2f} s (target < 30 s)")
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)

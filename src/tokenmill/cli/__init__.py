@@ -30,6 +30,10 @@ def _register() -> None:
     app.command("models")(catalog_cmd.models)
     app.command("gpus")(catalog_cmd.gpus)
 
+    from tokenmill.cli import perf_cmd
+
+    app.command("predict")(perf_cmd.predict)
+    app.add_typer(perf_cmd.calibrate_app, name="calibrate")
     app.command("bench")(bench_cmd.bench)
 
     from tokenmill.cli import runtime_cmd

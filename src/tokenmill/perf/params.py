@@ -1,9 +1,28 @@
-"""The cost model's efficiency constants: each a physical quantity with a documented prior.
+"""The cost model's constants: each a physical quantity with a documented prior.
 
-Priors are typical of well-tuned serving engines on NVIDIA datacenter GPUs (cuBLAS/CUTLASS GEMMs
-reach 60–75 % of dense peak on large shapes, decode-time weight streaming 70–85 % of HBM
-bandwidth, NCCL all-reduce a few µs of latency within an NVLink domain). They are starting points
-for calibration (``tokenmill calibrate``, a later issue), not fitted values.
+The defaults of ``PerfParams`` are **priors**, typical of well-tuned serving engines on NVIDIA
+datacenter GPUs: cuBLAS/CUTLASS GEMMs reach 50–70 % of dense peak on large shapes, decode-time
+weight streaming 70–85 % of HBM bandwidth, NCCL all-reduce a few µs of latency inside an NVLink
+domain and tens of µs across nodes, a CPU scheduler step of 1–2 ms that overlaps the GPU.
+
+Calibrated values, fitted on measured serving results per GPU kind and per engine, ship in
+``tokenmill/perf/calibrated/params.json`` (``tokenmill calibrate fit`` rewrites it) and are read
+with :func:`tokenmill.perf.calibrated.params_for`; where a GPU or engine has no fitted value the
+prior below is used and the caller is told so.
+
+Groups of fields:
+
+- **per GPU kind** (fitted per GPU): ``matmul_efficiency``, ``moe_matmul_efficiency``,
+  ``fp4_matmul_ratio``, ``attention_efficiency`` (these four shared by the GPUs of one
+  architecture: same die, same kernels), ``weight_bandwidth_efficiency``,
+  ``collective_latency_s``;
+- **per engine** (fitted per backend): ``overhead_scale`` multiplies every fixed per-step and
+  per-layer overhead, ``compute_scale`` multiplies the achieved FLOP/s of every kernel class, and
+  ``request_latency_s`` is the engine front end's fixed latency per request (HTTP, tokenizer,
+  first detokenize), and ``burst_share`` is the share of a closed-loop benchmark's waves that
+  reach the engine together (1: the lanes stay in lock step, as under SGLang's prefill-first
+  schedule; small: they drift apart, as when prefill chunks ride in decode steps);
+- **global** (fitted once): the rest.
 """
 
 from __future__ import annotations
@@ -14,22 +33,80 @@ from typing import Any
 
 @dataclass(frozen=True)
 class PerfParams:
-    matmul_efficiency: float = 0.55  # fraction of dense peak FLOP/s reached by large GEMMs
+    # --- achievable fraction of peak, by kernel class ------------------------------------------
+    matmul_efficiency: float = 0.55  # dense GEMMs (attention projections, dense MLP, shared experts, lm_head)
     moe_matmul_efficiency: float = 0.45  # grouped expert GEMMs
+    fp8_matmul_ratio: float = 0.85  # an 8-bit GEMM reaches this × the fraction of its (higher) peak
+    fp4_matmul_ratio: float = 0.7  # a 4-bit GEMM likewise (block scales, shorter K loops)
     attention_efficiency: float = 0.40  # attention and linear-attention kernels (FLOP-bound part)
     weight_bandwidth_efficiency: float = 0.75  # streaming weights from HBM
-    cache_bandwidth_efficiency: float = 0.60  # reading KV pages / linear-attention state
-    collective_bandwidth_efficiency: float = 0.70  # of the link bandwidth per direction
+    cache_bandwidth_efficiency: float = 0.60  # reading KV pages / reading and writing linear-attention state
+    # --- communication ---------------------------------------------------------------------------
+    collective_bandwidth_efficiency: float = 0.70  # of the scale-up (NVLink) bandwidth per direction
     collective_latency_s: float = 8e-6  # one collective inside a scale-up (NVLink) domain
-    network_latency_s: float = 25e-6  # one collective that crosses nodes over the NIC
-    step_overhead_s: float = 1.5e-3  # scheduling + launch per engine step
+    network_latency_s: float = 25e-6  # one collective (or pipeline hop) that crosses nodes over the NIC
+    network_bandwidth_efficiency: float = 0.70  # of the NIC bandwidth per GPU
+    kv_transfer_latency_s: float = 2e-3  # disaggregated serving: handing one request's KV to a decode worker
+    # --- fixed overheads -------------------------------------------------------------------------
+    step_overhead_s: float = 1.5e-3  # CPU scheduling + launch per engine step (overlaps the GPU)
     prefill_layer_overhead_s: float = 30e-6  # per layer of a step that runs prefill (no CUDA graph)
-    decode_layer_overhead_s: float = 8e-6  # per layer of a pure decode step
+    decode_layer_overhead_s: float = 8e-6  # per layer of a pure decode step (CUDA graph gaps)
     sampling_per_token_s: float = 2e-6  # logits processing and sampling per produced token
     draft_step_overhead_s: float = 0.6e-3  # drafter launch per speculative step
+    request_latency_s: float = 20e-3  # per request, outside the GPU: HTTP, tokenizer, first detokenize (per engine)
+    # --- engine multipliers ----------------------------------------------------------------------
+    overhead_scale: float = 1.0  # multiplies every fixed overhead above (engine's host efficiency)
+    compute_scale: float = 1.0  # multiplies achieved FLOP/s of every kernel class (engine's kernels)
+    burst_share: float = 0.5  # share of a closed-loop benchmark's waves that reach the engine at once
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)) for f in fields(self)}
 
     def updated(self, **changes: Any) -> PerfParams:
         return replace(self, **changes)
+
+
+#: Fields fitted per GPU kind, per engine, and once for all (see the module docstring).
+GPU_FIELDS: tuple[str, ...] = (
+    "matmul_efficiency",
+    "moe_matmul_efficiency",
+    "fp4_matmul_ratio",
+    "attention_efficiency",
+    "weight_bandwidth_efficiency",
+    "collective_latency_s",
+)
+ENGINE_FIELDS: tuple[str, ...] = ("overhead_scale", "compute_scale", "request_latency_s", "burst_share")
+GLOBAL_FIELDS: tuple[str, ...] = (
+    "fp8_matmul_ratio",
+    "decode_layer_overhead_s",
+    "cache_bandwidth_efficiency",
+    "collective_bandwidth_efficiency",
+    "network_latency_s",
+    "network_bandwidth_efficiency",
+    "kv_transfer_latency_s",
+    "step_overhead_s",
+    "prefill_layer_overhead_s",
+)
+
+#: Physical bounds each fitted field stays inside.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "matmul_efficiency": (0.15, 0.95),
+    "moe_matmul_efficiency": (0.08, 0.95),
+    "attention_efficiency": (0.1, 0.95),
+    "weight_bandwidth_efficiency": (0.3, 0.98),
+    "fp8_matmul_ratio": (0.2, 1.5),
+    "fp4_matmul_ratio": (0.1, 1.5),
+    "cache_bandwidth_efficiency": (0.1, 0.98),
+    "collective_bandwidth_efficiency": (0.05, 0.98),
+    "collective_latency_s": (1e-6, 150e-6),
+    "network_latency_s": (3e-6, 500e-6),
+    "network_bandwidth_efficiency": (0.05, 0.98),
+    "kv_transfer_latency_s": (1e-5, 0.2),
+    "step_overhead_s": (1e-4, 20e-3),
+    "prefill_layer_overhead_s": (1e-6, 500e-6),
+    "decode_layer_overhead_s": (1e-6, 200e-6),
+    "request_latency_s": (1e-4, 0.2),
+    "overhead_scale": (0.2, 5.0),
+    "compute_scale": (0.3, 3.0),
+    "burst_share": (0.02, 1.0),
+}

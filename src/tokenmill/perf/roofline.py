@@ -1,29 +1,62 @@
-"""A first roofline cost model of one engine step on one worker (tp × pp GPUs).
+"""The cost model: the time of one engine step on one worker, by phase and by resource.
 
-Each component is timed as max(FLOPs / (peak × efficiency), bytes / (HBM bandwidth × efficiency))
-on one GPU, and the components add up (no overlap is assumed between them):
+A step's time is computed in two stages, so that calibration can refit the constants without
+recomputing the physics:
 
-- **dense**: every non-expert linear weight the GPU holds (attention projections, dense MLP,
-  shared experts, replicated latent projections and router, lm_head for the tokens that produce
-  logits): 2 FLOPs per parameter per token; its bytes are read once per step.
-- **experts**: routed experts. A batch of T tokens touches E·(1 − (1 − k/E)^T) distinct experts
-  per layer on average, and only those are read; FLOPs are 2·k·(expert params)/tp per token.
+1. :meth:`CostModel.features` turns a batch into **resource demands in ideal seconds** on the
+   busiest GPU of the worker: FLOPs divided by the peak of the dtype the kernel runs in, bytes
+   divided by HBM or link bandwidth, and counts (collectives, layers, sampled tokens). They depend
+   on the model, the GPU and the layout, never on :class:`PerfParams`.
+2. :func:`combine` turns demands into seconds with the constants: each kernel class is a roofline
+   ``max(flop_s / (efficiency × compute_scale), mem_s / bandwidth_efficiency)``; collectives cost
+   ``count × latency + volume_s / link efficiency``; per-layer launch gaps and sampling add; the
+   engine's CPU step overhead overlaps the GPU (``step = max(GPU work, CPU step)``, SGLang's
+   overlap scheduler, vLLM's async scheduling, TRT-LLM's overlap), and only its excess shows as
+   ``overhead``. ``combine`` works on floats and on numpy columns alike (the fit evaluates
+   thousands of recorded steps at once).
+
+What the demands count (per step, busiest GPU):
+
+- **dense_linear**: every non-expert linear weight the GPU holds (attention projections, dense
+  MLP, shared experts, latent projections, router), 2 FLOPs per parameter per token, at the peak
+  of its weight format's compute dtype (BF16 → bf16, FP8 → fp8, NVFP4 → fp4 where the GPU has it,
+  MXFP4 → fp8 on Blackwell: 4-bit weights with 8-bit activations, bf16 on Hopper: W4A16); 8- and
+  4-bit GEMMs reach ``fp8_matmul_ratio`` / ``fp4_matmul_ratio`` × the efficiency of 16-bit ones
+  (block scales, shorter K loops); its bytes are read once per step. Attention
+  weights see the tokens of the busiest attention-DP rank; MLP-side weights see all tokens of the
+  step (attention DP gathers them), or the local ones when a dispatch (all-to-all) backend runs
+  the experts.
+- **routed_experts**: a batch of T tokens touches E·(1 − (1 − k/E)^T) distinct experts per layer
+  on average and only those are read (whole experts or slices of every expert alike); FLOPs are
+  2·k·(expert params)/tp per token, times the expected load of the busiest expert-parallel rank
+  (μ + √(2 μ ln ep) assignments for μ = T·k/ep on average).
 - **attention** by kind: MLA decode in the absorbed form reads each request's latent cache
-  (replicated over TP, striped by DCP) and does 2·N·c·(576 + 512) FLOPs per token; prefill and
-  midfill in the expanded form do 2·pairs·N·(192 + 128); GQA likewise with KV heads per GPU and
-  sliding windows; KDA/GDN/Mamba decode read and write the state (bandwidth bound, independent of
-  context), prefill costs ≈ 6d² + 6Cd + C²/3 FLOPs per token per head (chunk C = 64).
-- **communication**: two all-reduces per layer over TP (after attention and after the MLP) of
-  T × hidden × 2 B, latency + ring volume / link bandwidth; inside the scale-up domain or over
-  the NIC when the worker spans nodes; DCP adds an all-gather and an all-to-all per MLA layer of
-  a decode step; pipeline stages add a point-to-point hop each.
-- **overheads**: per step, per layer (eager prefill vs CUDA-graph decode), per sampled token, and
-  the drafter under speculative decoding.
+  (replicated over attention TP, striped by DCP) and does 2·N·c·(576 + 512) FLOPs per token;
+  prefill/midfill in the expanded form do 2·pairs·N·(192 + 128) and re-expand the cached context
+  through kv_b; GQA with KV heads per GPU and sliding windows; KDA/GDN/Mamba decode read and write
+  the state once per request (bandwidth bound, independent of context), prefill ≈ 6d² + 6Cd + C²/3
+  FLOPs per token per head with the chunk states (2d²·s/C bytes per token per head) written.
+- **collectives**: without attention DP, two all-reduces per layer over TP of T × hidden × 2 B
+  (ring volume 2(n−1)/n); with attention DP, an all-reduce inside each attention-TP group plus an
+  all-gather and a reduce-scatter around the MLP, or (expert parallelism with attention DP, or a
+  dispatch backend) an all-to-all dispatch (fp8) and combine (bf16) of T·k tokens per MoE layer
+  (**moe_all_to_all**). Inside the scale-up domain, or over the NIC when the worker spans nodes.
+- **dcp_exchange**: DCP adds an all-gather of the queries and an all-to-all of the partial
+  outputs per MLA layer of a decode step.
+- **pipeline**: a pipeline-parallel worker runs its stages one after the other for a batch (no
+  micro-batch overlap is modelled) and adds a point-to-point hop between stages.
+- **drafter**: the DSPARK drafter (one pass proposing the block) or MTP layers (one pass per
+  draft token), plus a launch overhead per speculative step.
+- **overhead**: per-layer launch gaps (eager prefill vs CUDA-graph decode), sampling per produced
+  token, and the part of the CPU step overhead the GPU does not hide.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from tokenmill.hardware import GPU
 from tokenmill.perf.batch import BatchShape
@@ -32,11 +65,148 @@ from tokenmill.plan.cache_sizes import DSPARK_DRAFT_PARAMS, cache_sizes
 from tokenmill.plan.layout import Layout
 from tokenmill.plan.weights import shard_divisor
 from tokenmill.spec.formats import WeightFormat
-from tokenmill.spec.model import MixerKind, ModelSpec
+from tokenmill.spec.model import FfnKind, MixerKind, ModelSpec
 from tokenmill.spec.tensors import TensorKind
 
-_NO_FLOPS = (TensorKind.EMBEDDING, TensorKind.NORMS, TensorKind.VISION, TensorKind.DRAFT_MODEL)
 _KDA_CHUNK = 64
+_ACT_BYTES = 2.0  # bf16 activations on the wire
+_ATTENTION_KINDS = (
+    TensorKind.ATTENTION_KDA,
+    TensorKind.ATTENTION_GDN,
+    TensorKind.ATTENTION_MAMBA,
+    TensorKind.ATTENTION_MLA,
+    TensorKind.ATTENTION_GQA,
+)
+_SKIP = (TensorKind.EMBEDDING, TensorKind.NORMS, TensorKind.VISION, TensorKind.DRAFT_MODEL)
+
+#: Compute dtype of a weight format, in order of preference (the first the GPU has).
+_COMPUTE_DTYPES: dict[WeightFormat, tuple[str, ...]] = {
+    WeightFormat.BF16: ("bf16",),
+    WeightFormat.FP16: ("fp16", "bf16"),
+    WeightFormat.FP32: ("bf16",),
+    WeightFormat.FP8: ("fp8", "bf16"),
+    WeightFormat.NVFP4: ("fp4", "fp8", "bf16"),
+    WeightFormat.MXFP4: ("fp8", "bf16"),  # W4A8 on Blackwell (K3 on SGLang, gpt-oss on vLLM)
+}
+
+_COMM_KINDS = ("tp", "a2a", "dcp", "pp")
+
+
+class Features(NamedTuple):
+    """Resource demands of one step on the busiest GPU, in ideal seconds or counts."""
+
+    dense_flop_s: Any  # 16-bit GEMMs (bf16/fp16 activations)
+    dense_flop8_s: Any  # 8-bit GEMMs (fp8 activations)
+    dense_flop4_s: Any  # 4-bit GEMMs (fp4 activations)
+    dense_mem_s: Any
+    moe_flop_s: Any
+    moe_flop8_s: Any
+    moe_flop4_s: Any
+    moe_mem_s: Any
+    head_flop_s: Any
+    head_mem_s: Any
+    pre_attn_flop_s: Any
+    pre_attn_mem_s: Any
+    dec_attn_flop_s: Any
+    dec_attn_mem_s: Any
+    draft_flop_s: Any
+    draft_mem_s: Any
+    tp_count: Any
+    tp_bw_s: Any
+    tp_net_count: Any
+    tp_net_bw_s: Any
+    a2a_count: Any
+    a2a_bw_s: Any
+    a2a_net_count: Any
+    a2a_net_bw_s: Any
+    dcp_count: Any
+    dcp_bw_s: Any
+    dcp_net_count: Any
+    dcp_net_bw_s: Any
+    pp_count: Any
+    pp_bw_s: Any
+    pp_net_count: Any
+    pp_net_bw_s: Any
+    steps: Any  # 1 for an engine step (its CPU overhead)
+    prefill_layers: Any  # layers of a step that runs prefill
+    decode_layers: Any  # layers of a pure decode step
+    sampled: Any  # tokens sampled
+    draft_steps: Any  # drafter launches
+    xfer_count: Any  # disaggregated KV hand-overs (per-request latency, not a step)
+    xfer_bw_s: Any  # their bytes over the link, ideal seconds
+    requests: Any  # requests whose fixed latency (HTTP, tokenizer) is counted
+
+
+FEATURE_NAMES: tuple[str, ...] = Features._fields
+N_FEATURES = len(FEATURE_NAMES)
+ZERO_FEATURES = Features(*([0.0] * N_FEATURES))
+
+#: Breakdown keys of a step (``StepCost.breakdown``), in display order.
+STEP_KEYS: tuple[str, ...] = (
+    "dense_linear",
+    "routed_experts",
+    "lm_head",
+    "prefill_attention",
+    "decode_attention",
+    "collectives",
+    "moe_all_to_all",
+    "dcp_exchange",
+    "pipeline",
+    "drafter",
+    "overhead",
+)
+
+
+def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[str, Any]:
+    """Seconds by component from demands ``f`` and constants ``p`` (a PerfParams, or any object
+    with the same attributes as floats or numpy arrays; pass ``mx=np.maximum`` for arrays).
+
+    The step keys (``STEP_KEYS``) add up to the step's time; ``kv_transfer`` and
+    ``request_latency`` are per-request latencies outside the step (non-zero only in the
+    pseudo-rows calibration uses for them)."""
+    cs = p.compute_scale
+    wb = p.weight_bandwidth_efficiency
+    cb = p.cache_bandwidth_efficiency
+    mm = p.matmul_efficiency * cs
+    att = p.attention_efficiency * cs
+    r8, r4 = p.fp8_matmul_ratio, p.fp4_matmul_ratio
+    dense_f = f.dense_flop_s + f.dense_flop8_s / r8 + f.dense_flop4_s / r4
+    moe_f = f.moe_flop_s + f.moe_flop8_s / r8 + f.moe_flop4_s / r4
+    out: dict[str, Any] = {
+        "dense_linear": mx(dense_f / mm, f.dense_mem_s / wb),
+        "routed_experts": mx(moe_f / (p.moe_matmul_efficiency * cs), f.moe_mem_s / wb),
+        "lm_head": mx(f.head_flop_s / mm, f.head_mem_s / wb),
+        "prefill_attention": mx(f.pre_attn_flop_s / att, f.pre_attn_mem_s / cb),
+        "decode_attention": mx(f.dec_attn_flop_s / att, f.dec_attn_mem_s / cb),
+    }
+    lat, nlat = p.collective_latency_s, p.network_latency_s
+    ce, ne = p.collective_bandwidth_efficiency, p.network_bandwidth_efficiency
+    out["collectives"] = f.tp_count * lat + f.tp_bw_s / ce + f.tp_net_count * nlat + f.tp_net_bw_s / ne
+    out["moe_all_to_all"] = f.a2a_count * lat + f.a2a_bw_s / ce + f.a2a_net_count * nlat + f.a2a_net_bw_s / ne
+    out["dcp_exchange"] = f.dcp_count * lat + f.dcp_bw_s / ce + f.dcp_net_count * nlat + f.dcp_net_bw_s / ne
+    out["pipeline"] = f.pp_count * lat + f.pp_bw_s / ce + f.pp_net_count * nlat + f.pp_net_bw_s / ne
+    os_ = p.overhead_scale
+    out["drafter"] = mx(f.draft_flop_s / mm, f.draft_mem_s / wb) + os_ * f.draft_steps * p.draft_step_overhead_s
+    launch = os_ * (
+        f.prefill_layers * p.prefill_layer_overhead_s
+        + f.decode_layers * p.decode_layer_overhead_s
+        + f.sampled * p.sampling_per_token_s
+    )
+    work = launch
+    for key in STEP_KEYS[:-1]:
+        work = work + out[key]
+    cpu = os_ * p.step_overhead_s * f.steps
+    out["overhead"] = launch + mx(cpu - work, 0.0 * cpu)
+    out["kv_transfer"] = f.xfer_count * p.kv_transfer_latency_s + f.xfer_bw_s / ne
+    out["request_latency"] = f.requests * p.request_latency_s
+    return out
+
+
+def total_seconds(parts: dict[str, Any]) -> Any:
+    total = parts["kv_transfer"] + parts["request_latency"]
+    for key in STEP_KEYS:
+        total = total + parts[key]
+    return total
 
 
 @dataclass(frozen=True)
@@ -48,11 +218,51 @@ class StepCost:
 
 
 @dataclass(frozen=True)
-class _Linear:
-    kind: TensorKind
-    params_per_gpu: float  # FLOP-bearing parameters one GPU multiplies per token
-    bytes_per_gpu: int
-    peak: float  # FLOP/s for its activation dtype
+class _Group:
+    """Linear weights of one kernel class on one GPU, summed over tensors; FLOP terms by compute
+    width (16, 8, 4 bits) in ideal seconds per token."""
+
+    flop_rank_s: tuple[float, float, float]  # on the attention rank's tokens
+    flop_all_s: tuple[float, float, float]  # on all tokens of the step
+    mem_s: float  # ideal seconds to read the bytes once
+
+    def per_token(self, rank_tokens: float, all_tokens: float) -> tuple[float, float, float]:
+        r, a = self.flop_rank_s, self.flop_all_s
+        return (
+            r[0] * rank_tokens + a[0] * all_tokens,
+            r[1] * rank_tokens + a[1] * all_tokens,
+            r[2] * rank_tokens + a[2] * all_tokens,
+        )
+
+
+def _compute_dtype(gpu: GPU, fmt: WeightFormat) -> str:
+    if fmt is WeightFormat.MXFP4 and "fp4" not in gpu.dense_flops:
+        return "bf16"  # Hopper runs MXFP4 experts as W4A16 (Marlin)
+    for dtype in _COMPUTE_DTYPES[fmt]:
+        if gpu.dense_flops.get(dtype):
+            return dtype
+    return "bf16"
+
+
+def _peak(gpu: GPU, fmt: WeightFormat) -> float:
+    """Dense peak FLOP/s of the tensor cores a weight of format ``fmt`` runs on."""
+    return gpu.flops(_compute_dtype(gpu, fmt))
+
+
+_WIDTH = {"bf16": 0, "fp16": 0, "fp8": 1, "fp4": 2}
+
+
+def _lpt_max(lengths: list[int], ranks: int) -> int:
+    """The busiest rank's tokens when items go, longest first, to the least loaded rank."""
+    if ranks <= 1 or not lengths:
+        return sum(lengths)
+    if len(lengths) <= ranks:
+        return max(lengths)
+    loads = [0] * ranks
+    for n in sorted(lengths, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += n
+    return max(loads)
 
 
 class CostModel:
@@ -63,187 +273,286 @@ class CostModel:
         self.gpu = gpu
         self.layout = layout
         self.params = params or PerfParams()
-        self._bf16 = gpu.flops("bf16")
-        self._fp8 = gpu.dense_flops.get("fp8", self._bf16)
+        lay = layout
         self._hbm = gpu.hbm_bandwidth_bytes_per_s
-        self._linears = self._linear_groups()
-        self._sizes = cache_sizes(model, layout.with_(pp=1))
-        worker = layout.gpus_per_worker
-        same_domain = worker <= gpu.scale_up_domain_gpus
-        self._link_bw = gpu.scale_up_bandwidth_bytes_per_s if same_domain else gpu.nic_bandwidth_bytes_per_s
-        self._link_latency = self.params.collective_latency_s if same_domain else self.params.network_latency_s
+        self._bf16 = gpu.flops("bf16")
+        self._sizes = cache_sizes(model, lay.with_(pp=1))
+        worker = lay.gpus_per_worker
+        self.spans_nodes = worker > gpu.scale_up_domain_gpus
+        self._link_bw = gpu.nic_bandwidth_bytes_per_s if self.spans_nodes else gpu.scale_up_bandwidth_bytes_per_s
+        self._dp = lay.dp_attention
+        self._a2a = lay.moe_a2a_backend != "none" or (lay.ep > 1 and lay.dp_attention > 1)
         self._n_layers = model.num_layers
+        self._mixer_layers = sum(1 for x in model.layers if x.mixer is not None)
+        self._ffn_layers = sum(1 for x in model.layers if x.ffn is not None)
+        self._dense_ffn_layers = sum(1 for x in model.layers if x.ffn is FfnKind.DENSE)
         self._mla_layers = len(model.layers_with(MixerKind.MLA))
         self._gqa_layers = len(model.layers_with(MixerKind.GQA))
         self._swa_layers = len(model.layers_with(MixerKind.SWA))
         self._linear_layers = len(model.linear_layers)
         self._moe_layers = len(model.moe_layers)
+        self._dense, self._experts, self._head = self._linear_groups()
+        moe = model.moe
+        self._k_over_e = moe.experts_per_token / moe.num_experts if moe is not None else 0.0
+        self._top_k = moe.experts_per_token if moe is not None else 0
+        # per-token attention constants on one GPU (attention TP heads)
+        attn_tp = lay.attn_tp
+        kv_b = lay.kv_cache_dtype.nbytes
+        self._kv_b = kv_b
+        if model.mla is not None:
+            g = model.mla
+            self._mla_heads = g.num_heads / attn_tp
+            self._mla_width = g.cache_width
+            self._mla_qkv = g.qk_nope_head_dim + g.qk_rope_head_dim + g.v_head_dim
+            self._mla_expand = g.kv_lora_rank * (g.qk_nope_head_dim + g.v_head_dim)
+            self._mla_dec = g.cache_width + g.kv_lora_rank
+        if model.gqa is not None:
+            q = model.gqa
+            self._gqa_heads = q.num_heads / attn_tp
+            self._gqa_kv_heads = max(1.0, q.num_kv_heads / attn_tp)
+            self._gqa_dim = q.head_dim
+            self._window = q.sliding_window
+        lin = model.linear
+        if lin is not None and self._linear_layers:
+            heads = lin.state_heads / attn_tp
+            d2 = lin.state_dk * lin.state_dv
+            self._lin_dec_flops = self._linear_layers * heads * 7 * d2
+            per_token = 6 * d2 + 6 * _KDA_CHUNK * lin.state_dk + _KDA_CHUNK**2 / 3
+            self._lin_pre_flops = self._linear_layers * heads * per_token
+            state_b = lay.state_dtype.nbytes if lay.state_dtype else lin.state_dtype_bytes
+            self._lin_pre_bytes_per_token = self._linear_layers * heads * 2 * d2 * state_b / _KDA_CHUNK
+            self._lin_state_rw = 2.0 * self._sizes.state_slot_bytes  # read + write, all local layers
+        else:
+            self._lin_dec_flops = self._lin_pre_flops = self._lin_pre_bytes_per_token = self._lin_state_rw = 0.0
+        self._draft = self._draft_demands()
 
     # --- precomputation ----------------------------------------------------------------------
-    def _linear_groups(self) -> list[_Linear]:
+    def _linear_groups(self) -> tuple[_Group, _Group, _Group]:
         layout = self.layout.with_(pp=1)
-        params: dict[TensorKind, float] = {}
-        nbytes: dict[TensorKind, int] = {}
-        quantized: dict[TensorKind, bool] = {}
+        rank: dict[str, list[float]] = {c: [0.0, 0.0, 0.0] for c in ("dense", "experts", "head")}
+        alls: dict[str, list[float]] = {c: [0.0, 0.0, 0.0] for c in ("dense", "experts", "head")}
+        mem = dict.fromkeys(("dense", "experts", "head"), 0.0)
         for t in self.model.tensors:
+            if t.kind in _SKIP:
+                continue
             div = shard_divisor(t, layout, self.model)
-            nbytes[t.kind] = nbytes.get(t.kind, 0) + -(-t.bytes // div)
-            if t.kind in _NO_FLOPS or not (t.linear or t.kind is TensorKind.ROUTER):
+            nbytes = -(-t.bytes // div)
+            cls = (
+                "experts"
+                if t.kind is TensorKind.ROUTED_EXPERTS
+                else "head"
+                if t.kind is TensorKind.LM_HEAD
+                else "dense"
+            )
+            mem[cls] += nbytes / self._hbm
+            if not (t.linear or t.kind is TensorKind.ROUTER):
                 continue
-            params[t.kind] = params.get(t.kind, 0.0) + t.params / div
-            if t.storage.fmt in (WeightFormat.FP8, WeightFormat.MXFP4, WeightFormat.NVFP4):
-                quantized[t.kind] = True
-        groups = []
-        for kind, n in nbytes.items():
-            if kind in (TensorKind.EMBEDDING, TensorKind.NORMS, TensorKind.VISION):
-                continue
-            peak = self._fp8 if quantized.get(kind) else self._bf16
-            groups.append(_Linear(kind, params.get(kind, 0.0), n, peak))
-        return groups
+            dtype = _compute_dtype(self.gpu, t.storage.fmt)
+            flop_s = 2.0 * t.params / div / self.gpu.flops(dtype)
+            rank_side = t.kind in _ATTENTION_KINDS or (
+                self._a2a and t.kind in (TensorKind.SHARED_EXPERTS, TensorKind.ROUTER, TensorKind.LATENT_PROJECTIONS)
+            )
+            (rank if rank_side else alls)[cls][_WIDTH.get(dtype, 0)] += flop_s
 
-    # --- pieces ------------------------------------------------------------------------------
-    def _roof(self, flops: float, nbytes: float, peak: float, flop_eff: float, bw_eff: float) -> float:
-        return max(flops / (peak * flop_eff), nbytes / (self._hbm * bw_eff)) if (flops or nbytes) else 0.0
+        def group(c: str) -> _Group:
+            r, a = rank[c], alls[c]
+            return _Group((r[0], r[1], r[2]), (a[0], a[1], a[2]), mem[c])
 
-    def _experts_touched_fraction(self, tokens: int) -> float:
-        moe = self.model.moe
-        if moe is None or tokens <= 0:
+        return group("dense"), group("experts"), group("head")
+
+    def _draft_demands(self) -> tuple[float, float, int]:
+        """(ideal FLOP seconds per drafted token, ideal memory seconds per pass, passes per step)."""
+        spec = self.layout.speculative
+        if not spec.enabled:
+            return 0.0, 0.0, 0
+        if spec.algorithm == "dspark":
+            per_gpu = DSPARK_DRAFT_PARAMS / self.layout.attn_tp
+            return 2.0 * per_gpu / self._bf16, 2.0 * per_gpu / self._hbm, 1
+        # MTP: one extra decoder layer per draft token
+        layers = max(1, self._n_layers)
+        per_layer_mem = (self._dense.mem_s + self._experts.mem_s) / layers
+        per_layer_flop = sum(self._dense.per_token(1.0, 1.0)) / layers
+        return per_layer_flop, per_layer_mem, spec.tokens
+
+    def experts_touched_fraction(self, tokens: int) -> float:
+        """Expected share of one GPU's experts a batch of ``tokens`` tokens reads: 1 − (1 − k/E)^T."""
+        if self.model.moe is None or tokens <= 0:
             return 0.0
-        return 1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** tokens
+        return 1.0 - (1.0 - self._k_over_e) ** tokens
 
-    def _linear_time(self, shape: BatchShape) -> tuple[float, float, float]:
-        """(dense seconds, expert seconds, lm_head seconds)."""
-        p = self.params
-        tokens = shape.tokens
-        logit_tokens = shape.decode_tokens + sum(1 for w in shape.prefill if w.last_chunk)
-        dense = experts = head = 0.0
-        moe = self.model.moe
-        for g in self._linears:
-            if g.kind is TensorKind.ROUTED_EXPERTS and moe is not None:
-                flops = 2.0 * g.params_per_gpu * tokens * moe.experts_per_token / moe.num_experts
-                nbytes = g.bytes_per_gpu * self._experts_touched_fraction(tokens)
-                experts += self._roof(flops, nbytes, g.peak, p.moe_matmul_efficiency, p.weight_bandwidth_efficiency)
-            elif g.kind is TensorKind.LM_HEAD:
-                flops = 2.0 * g.params_per_gpu * logit_tokens
-                head += self._roof(flops, g.bytes_per_gpu, g.peak, p.matmul_efficiency, p.weight_bandwidth_efficiency)
-            else:
-                flops = 2.0 * g.params_per_gpu * tokens
-                dense += self._roof(flops, g.bytes_per_gpu, g.peak, p.matmul_efficiency, p.weight_bandwidth_efficiency)
-        return dense, experts, head
+    _experts_touched_fraction = experts_touched_fraction  # the name the first roofline used
 
-    def _attention_time(self, shape: BatchShape) -> tuple[float, float]:
-        """(prefill attention seconds, decode attention seconds) on one GPU."""
-        m, lay, p = self.model, self.layout, self.params
-        tp, dcp, dp = lay.tp, lay.dcp, lay.dp_attention
-        kv_b = lay.kv_cache_dtype.nbytes
-        pre_flops = pre_bytes = dec_flops = dec_bytes = 0.0
-        if m.mla is not None and self._mla_layers:
-            g, n = m.mla, self._mla_layers
-            width = g.cache_width
-            qk, vd = g.qk_nope_head_dim + g.qk_rope_head_dim, g.v_head_dim
-            for w in shape.prefill:
+    def expert_imbalance(self, tokens: int) -> float:
+        """Busiest expert-parallel rank's load over the mean: 1 + √(2 ln ep / μ), μ = T·k/ep."""
+        ep = self.layout.ep
+        if ep <= 1 or tokens <= 0 or self.model.moe is None:
+            return 1.0
+        mu = tokens * self._top_k / ep
+        return min(float(ep), 1.0 + math.sqrt(2.0 * math.log(ep) / mu))
+
+    # --- demands -----------------------------------------------------------------------------
+    def features(self, shape: BatchShape) -> Features:
+        """Resource demands of one step (see the module docstring); zeros for an empty batch."""
+        if shape.is_empty:
+            return ZERO_FEATURES
+        lay = self.layout
+        dp = self._dp
+        dec = shape.decode
+        pre = shape.prefill
+        n_dec = len(dec)
+        dec_tokens = 0
+        ctx_sum = 0.0
+        ctx_tok = 0.0
+        for d in dec:
+            dec_tokens += d.tokens
+            ctx_sum += d.context
+            ctx_tok += d.context * d.tokens
+        pre_lengths = [w.new_tokens for w in pre]
+        pre_tokens = sum(pre_lengths)
+        tokens = dec_tokens + pre_tokens
+        # busiest attention-DP rank
+        if dp > 1:
+            dec_share = (-(-n_dec // dp)) / n_dec if n_dec else 0.0
+            pre_share = _lpt_max(pre_lengths, dp) / pre_tokens if pre_tokens else 0.0
+        else:
+            dec_share = pre_share = 1.0
+        rank_tokens = dec_tokens * dec_share + pre_tokens * pre_share
+        logit_tokens = dec_tokens + sum(1 for w in pre if w.last_chunk)
+
+        dense, experts, head = self._dense, self._experts, self._head
+        moe_tokens = rank_tokens if self._a2a else tokens
+        dense_flop = dense.per_token(rank_tokens, rank_tokens if self._a2a else tokens)
+        assignments = self._k_over_e * tokens * self.expert_imbalance(tokens)
+        moe_flop = experts.per_token(assignments, assignments)
+        moe_mem = experts.mem_s * self.experts_touched_fraction(tokens)
+        head_flop = sum(head.per_token(logit_tokens, logit_tokens))
+
+        # attention
+        pre_f = pre_b = dec_f = dec_b = 0.0
+        dcp = lay.dcp
+        if self.model.mla is not None and self._mla_layers:
+            n = self._mla_layers
+            h = self._mla_heads
+            for w in pre:
                 pairs = w.new_tokens * w.context + w.new_tokens * (w.new_tokens + 1) / 2
-                pre_flops += n * 2.0 * pairs * g.num_heads * (qk + vd) / tp
-                # midfill: expand the cached latent context through kv_b and read it
-                pre_flops += n * 2.0 * w.context * g.kv_lora_rank * g.num_heads * (g.qk_nope_head_dim + vd) / tp
-                pre_bytes += n * w.context * width * kv_b / dp
-            for d in shape.decode:
-                dec_flops += n * 2.0 * g.num_heads * d.context * (width + g.kv_lora_rank) * d.tokens / tp
-                dec_bytes += n * d.context * width * kv_b / (dcp * dp)
-        if m.gqa is not None and (self._gqa_layers or self._swa_layers):
-            q = m.gqa
-            heads = q.num_heads / lay.attn_tp
-            kv_heads = max(1.0, q.num_kv_heads / lay.attn_tp)
-            for layers, window in ((self._gqa_layers, None), (self._swa_layers, q.sliding_window)):
+                pre_f += n * 2.0 * h * (pairs * self._mla_qkv + w.context * self._mla_expand)
+                pre_b += n * w.context * self._mla_width * self._kv_b
+            dec_f += n * 2.0 * h * self._mla_dec * ctx_tok
+            dec_b += n * self._mla_width * self._kv_b * ctx_sum / dcp
+        if self.model.gqa is not None and (self._gqa_layers or self._swa_layers):
+            h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
+            for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
                 if not layers:
                     continue
-                for w in shape.prefill:
+                for w in pre:
                     ctx = w.context if window is None else min(w.context, window)
                     span = w.new_tokens if window is None else min(w.new_tokens, window)
                     pairs = w.new_tokens * ctx + w.new_tokens * (span + 1) / 2
-                    pre_flops += layers * 4.0 * pairs * heads * q.head_dim / dp
-                    pre_bytes += layers * ctx * 2 * kv_heads * q.head_dim * kv_b / dp
-                for d in shape.decode:
-                    ctx = d.context if window is None else min(d.context, window)
-                    dec_flops += layers * 4.0 * heads * q.head_dim * ctx * d.tokens / dp
-                    dec_bytes += layers * ctx * 2 * kv_heads * q.head_dim * kv_b / (dcp * dp)
-        lin = m.linear
-        if lin is not None and self._linear_layers:
-            n = self._linear_layers
-            heads = lin.num_heads / lay.attn_tp
-            d2 = lin.state_dk * lin.state_dv
-            per_layer_state = self._sizes.state_slot_bytes / max(1, self._sizes.linear_layers_local)
-            for w in shape.prefill:
-                per_token = 6 * d2 + 6 * _KDA_CHUNK * lin.state_dk + _KDA_CHUNK**2 / 3
-                pre_flops += n * heads * per_token * w.new_tokens / dp
-                pre_bytes += n * 2 * per_layer_state * (1 + w.new_tokens / 4096) / dp
-            for d in shape.decode:
-                dec_flops += n * heads * 7 * d2 * d.tokens / dp
-                dec_bytes += n * 2 * per_layer_state * d.tokens / dp
-        pre = self._roof(pre_flops, pre_bytes, self._bf16, p.attention_efficiency, p.cache_bandwidth_efficiency)
-        dec = self._roof(dec_flops, dec_bytes, self._bf16, p.attention_efficiency, p.cache_bandwidth_efficiency)
-        return pre, dec
+                    if window is not None and w.new_tokens > window:
+                        pairs = w.new_tokens * window
+                    pre_f += layers * 4.0 * pairs * h * hd
+                    pre_b += layers * ctx * 2 * kvh * hd * self._kv_b
+                if window is None:
+                    c_tok, c_sum = ctx_tok, ctx_sum
+                else:
+                    c_tok = sum(min(d.context, window) * d.tokens for d in dec)
+                    c_sum = sum(min(d.context, window) for d in dec)
+                dec_f += layers * 4.0 * h * hd * c_tok
+                dec_b += layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
+        if self._lin_state_rw:
+            pre_f += self._lin_pre_flops * pre_tokens
+            pre_b += self._lin_pre_bytes_per_token * pre_tokens + self._lin_state_rw * len(pre)
+            dec_f += self._lin_dec_flops * dec_tokens
+            dec_b += self._lin_state_rw * n_dec
+        bf16, hbm = self._bf16, self._hbm
 
-    def _allreduce(self, nbytes: float, n: int) -> float:
-        if n <= 1:
-            return 0.0
-        volume = 2.0 * (n - 1) / n * nbytes
-        return self._link_latency + volume / (self._link_bw * self.params.collective_bandwidth_efficiency)
-
-    def _comm_time(self, shape: BatchShape) -> tuple[float, float]:
-        """(TP/EP collectives, DCP exchange) seconds."""
-        lay = self.layout
-        hidden = self.model.hidden_size
-        tokens = shape.tokens
-        per_layer = 2 * self._allreduce(tokens * hidden * 2.0, lay.tp)
-        comm = per_layer * self._n_layers
-        if lay.pp > 1:
-            comm += (lay.pp - 1) * (self.params.network_latency_s + tokens * hidden * 2.0 / self._link_bw)
-        dcp_time = 0.0
-        if lay.dcp > 1 and shape.decode and self.model.mla is not None:
+        # communication (volumes in ideal seconds on the worker's link)
+        comm = dict.fromkeys(_COMM_KINDS, (0.0, 0.0))
+        hidden_bytes = self.model.hidden_size * _ACT_BYTES
+        bw = self._link_bw
+        tp, attn_tp = lay.tp, lay.attn_tp
+        if dp == 1:
+            if tp > 1:
+                per = 2.0 * (tp - 1) / tp * tokens * hidden_bytes / bw
+                n_ar = float(self._mixer_layers + self._ffn_layers)
+                comm["tp"] = (n_ar, n_ar * per)
+        else:
+            count, vol = 0.0, 0.0
+            if attn_tp > 1:
+                count += self._mixer_layers
+                vol += self._mixer_layers * 2.0 * (attn_tp - 1) / attn_tp * rank_tokens * hidden_bytes / bw
+            gather_layers = self._dense_ffn_layers if self._a2a else self._ffn_layers
+            if gather_layers:
+                count += 2 * gather_layers
+                vol += gather_layers * 2.0 * (tp - 1) / tp * tokens * hidden_bytes / bw
+            comm["tp"] = (count, vol)
+        if self._a2a and self._moe_layers and lay.ep > 1:
+            ep = lay.ep
+            per_gpu = moe_tokens * self._top_k * self.model.hidden_size * (1.0 + 2.0) * (ep - 1) / ep / bw
+            comm["a2a"] = (2.0 * self._moe_layers, self._moe_layers * per_gpu)
+        if dcp > 1 and dec and self.model.mla is not None:
             g = self.model.mla
-            q_bytes = shape.decode_tokens * g.num_heads / lay.tp * g.cache_width * 2.0
-            out_bytes = shape.decode_tokens * g.num_heads * (g.kv_lora_rank * 2 + 4) / lay.dcp
-            per = self._allreduce(q_bytes * lay.dcp / 2, lay.dcp) + self._allreduce(out_bytes / 2, lay.dcp)
-            dcp_time = per * self._mla_layers
-        return comm, dcp_time
+            q_bytes = dec_tokens * dec_share * g.num_heads / attn_tp * g.cache_width * 2.0
+            out_bytes = dec_tokens * dec_share * g.num_heads / attn_tp * (g.kv_lora_rank * 2 + 4)
+            vol = (dcp - 1) / dcp * (q_bytes + out_bytes) / bw
+            comm["dcp"] = (2.0 * self._mla_layers, self._mla_layers * vol)
+        if lay.pp > 1:
+            comm["pp"] = (float(lay.pp - 1), (lay.pp - 1) * rank_tokens * hidden_bytes / bw)
+        net = self.spans_nodes
 
-    def _draft_time(self, shape: BatchShape) -> float:
-        spec = self.layout.speculative
-        if not spec.enabled or not shape.decode:
-            return 0.0
-        p = self.params
-        if spec.algorithm == "dspark":
-            nbytes = 2.0 * DSPARK_DRAFT_PARAMS / self.layout.attn_tp
-            flops = 2.0 * DSPARK_DRAFT_PARAMS / self.layout.attn_tp * shape.decode_tokens
-            return p.draft_step_overhead_s + self._roof(
-                flops, nbytes, self._bf16, p.matmul_efficiency, p.weight_bandwidth_efficiency
-            )
-        # MTP: one extra decoder layer per draft step
-        per_layer_bytes = sum(g.bytes_per_gpu for g in self._linears) / max(1, self._n_layers)
-        return spec.tokens * (p.draft_step_overhead_s + per_layer_bytes / (self._hbm * p.weight_bandwidth_efficiency))
+        def split(key: str) -> tuple[float, float, float, float]:
+            c, v = comm[key]
+            return (0.0, 0.0, c, v) if net else (c, v, 0.0, 0.0)
+
+        draft_flop_per_token, draft_mem, passes = self._draft
+        draft_f = draft_m = 0.0
+        draft_steps = 0
+        if passes and dec:
+            drafted = dec_tokens * dec_share
+            draft_f = draft_flop_per_token * drafted
+            draft_m = draft_mem * passes
+            draft_steps = passes
+        is_prefill = bool(pre)
+        return Features(
+            *dense_flop,
+            dense.mem_s,
+            *moe_flop,
+            moe_mem,
+            head_flop,
+            head.mem_s,
+            pre_f * pre_share / bf16,
+            pre_b * pre_share / hbm,
+            dec_f * dec_share / bf16,
+            dec_b * dec_share / hbm,
+            draft_f,
+            draft_m,
+            *split("tp"),
+            *split("a2a"),
+            *split("dcp"),
+            *split("pp"),
+            1.0,  # steps
+            float(self._n_layers if is_prefill else 0),
+            float(0 if is_prefill else self._n_layers),
+            float(logit_tokens),
+            float(draft_steps),
+            0.0,
+            0.0,
+            0.0,
+        )
 
     # --- the step ----------------------------------------------------------------------------
-    def step_time(self, shape: BatchShape) -> StepCost:
+    def parts(self, shape: BatchShape, params: PerfParams | None = None) -> dict[str, float]:
+        return combine(self.features(shape), params or self.params)
+
+    def step_time(self, shape: BatchShape, params: PerfParams | None = None) -> StepCost:
         if shape.is_empty:
             return StepCost(0.0, {})
-        p = self.params
-        dense, experts, head = self._linear_time(shape)
-        attn_pre, attn_dec = self._attention_time(shape)
-        comm, dcp = self._comm_time(shape)
-        draft = self._draft_time(shape)
-        layer_overhead = p.prefill_layer_overhead_s if shape.prefill else p.decode_layer_overhead_s
-        overhead = p.step_overhead_s + layer_overhead * self._n_layers
-        overhead += p.sampling_per_token_s * (shape.decode_tokens + len(shape.prefill))
-        breakdown = {
-            "dense_linear": dense,
-            "routed_experts": experts,
-            "lm_head": head,
-            "prefill_attention": attn_pre,
-            "decode_attention": attn_dec,
-            "collectives": comm,
-            "dcp_exchange": dcp,
-            "drafter": draft,
-            "overhead": overhead,
-        }
+        parts = self.parts(shape, params)
+        breakdown = {k: float(parts[k]) for k in STEP_KEYS}
         return StepCost(sum(breakdown.values()), breakdown)
+
+    def seconds(self, shape: BatchShape, params: PerfParams | None = None) -> float:
+        if shape.is_empty:
+            return 0.0
+        parts = self.parts(shape, params)
+        return float(sum(parts[k] for k in STEP_KEYS))

@@ -1,0 +1,104 @@
+"""Leave-one-model-out: refit without a model's rows, predict them, compare with the in-sample error.
+
+Run: ``.venv/bin/python benchmarks/calibrate_lomo.py [--max-rows N] [--sweeps S] [--jobs J]``
+
+1. Replay every fully specified row once with the shipped constants, recording the steps (the
+   in-sample predictions come from this same replay).
+2. For each model (grouped by architecture: DeepSeek-R1 and -V3 share one config, and NVIDIA's
+   re-quantized checkpoints go with their base model), fit the constants from the priors on the
+   recorded steps of all *other* rows (a stratified subsample of ``--max-rows``), then replay the
+   held-out model's rows with those constants.
+3. Print, per model, the median absolute percentage error of TTFT and TPOT in sample and held out,
+   and their ratio (the issue's bound: held-out ≤ 1.5 × in-sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+
+import numpy as np
+
+from tokenmill.perf.calibrate import collect, fit_constants, predict_rows
+from tokenmill.perf.calibrated import ParamTable, load_table
+from tokenmill.perf.measurements import find_config, read_measurements
+
+
+def family(model_path: str, models_dir: str) -> str:
+    cfg, _ = find_config(model_path, models_dir)
+    name = cfg.name.removesuffix("_config.json") if cfg else model_path
+    return "deepseek-ai--DeepSeek-V3/R1" if "DeepSeek" in name else name
+
+
+def med(errs: list[float]) -> float:
+    return float(np.median(errs)) if errs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--measurements", default="/work/shared/calibration/serving_measurements.csv")
+    ap.add_argument("--models-dir", default="/work/shared/models")
+    ap.add_argument("--max-rows", type=int, default=1500)
+    ap.add_argument("--sweeps", type=int, default=4)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    rows, _ = read_measurements(args.measurements)
+    full = [
+        r
+        for r in rows
+        if (r.get("mode") != "disagg" or (r.get("prefill_batch_size") and r.get("decode_batch_size")))
+        and r.get("silicon_ttft_ms")
+    ]
+    shipped = load_table()
+    preds = predict_rows(full, args.models_dir, shipped, record=True, jobs=args.jobs)
+    data = collect(preds)
+    fam = {r["id"]: family(r["model_path"], args.models_dir) for r in full}
+    row_fam = np.array([fam[i] for i in data.ids])
+    results = []
+    for f in sorted(set(row_fam)):
+        held = row_fam == f
+        rest = ~held
+        # stratified deterministic subsample of the rest
+        idx = np.flatnonzero(rest)
+        order = sorted(idx, key=lambda i: hashlib.sha256(data.ids[i].encode()).hexdigest())
+        keep = np.zeros(len(held), dtype=bool)
+        keep[order[: args.max_rows]] = True
+        table, _ = fit_constants(data.without(keep), ParamTable(), sweeps=args.sweeps)
+        ids = set(np.asarray(data.ids)[held])
+        held_rows = [r for r in full if r["id"] in ids]
+        out = predict_rows(held_rows, args.models_dir, table, jobs=args.jobs)
+        ins = [p for p in preds if p.id in ids and p.predicted]
+        res = {
+            "model": f,
+            "rows": len(held_rows),
+            "ttft_in": med([abs(p.ttft_ms / p.measured_ttft_ms - 1) for p in ins]),  # type: ignore[operator]
+            "tpot_in": med([abs(p.tpot_ms / p.measured_tpot_ms - 1) for p in ins]),  # type: ignore[operator]
+            "ttft_out": med([abs(p.ttft_ms / p.measured_ttft_ms - 1) for p in out if p.predicted]),  # type: ignore[operator]
+            "tpot_out": med([abs(p.tpot_ms / p.measured_tpot_ms - 1) for p in out if p.predicted]),  # type: ignore[operator]
+        }
+        res["ttft_ratio"] = res["ttft_out"] / res["ttft_in"]
+        res["tpot_ratio"] = res["tpot_out"] / res["tpot_in"]
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(
+        "\n| held-out model | rows | TTFT in-sample | TTFT held out | ratio | TPOT in-sample | TPOT held out | ratio |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        print(
+            f"| {r['model']} | {r['rows']} | {100 * r['ttft_in']:.1f} % | {100 * r['ttft_out']:.1f} % | "
+            f"{r['ttft_ratio']:.2f} | {100 * r['tpot_in']:.1f} % | {100 * r['tpot_out']:.1f} % | "
+            f"{r['tpot_ratio']:.2f} |"
+        )
+    print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""``tokenmill predict`` and ``tokenmill calibrate fit|evaluate``: the performance model's commands."""
+
+import csv
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tokenmill.cli.options import GpuOpt, GpusOpt, JsonOpt, ModelOpt, build_plan, with_layout_options
+from tokenmill.errors import TokenmillError
+
+BackendOpt = Annotated[str, typer.Option("--backend", help="Engine whose constants to use: sglang|vllm|trtllm.")]
+ParamsOpt = Annotated[
+    Path | None, typer.Option("--params", help="Fitted constants (default: the shipped params.json).")
+]
+MeasOpt = Annotated[Path, typer.Option("--measurements", help="Measurements CSV (serving_measurements.csv format).")]
+ModelsDirOpt = Annotated[Path, typer.Option("--models-dir", help="Folder of <org>--<name>_config.json files.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", help="Worker processes (results do not depend on it).")]
+
+calibrate_app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Fit the performance model's constants to measurements, or score them.",
+)
+
+
+def _check_backend(backend: str) -> str:
+    b = backend.strip().lower()
+    if b not in ("sglang", "vllm", "trtllm"):
+        raise TokenmillError(f"--backend must be sglang, vllm or trtllm (got {backend!r})")
+    return b
+
+
+@with_layout_options
+def predict(
+    model: ModelOpt = "kimi-k3",
+    gpu: GpuOpt = "b300",
+    gpus: GpusOpt = 8,
+    isl: Annotated[int, typer.Option("--isl", help="Prompt tokens per request.")] = 8192,
+    osl: Annotated[int, typer.Option("--osl", help="Output tokens per request.")] = 1024,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (closed loop).")] = 1,
+    backend: BackendOpt = "sglang",
+    accept_length: Annotated[
+        float | None, typer.Option("--accept-length", help="Tokens accepted per verify pass (default: 2.7 DSPARK).")
+    ] = None,
+    params_file: ParamsOpt = None,
+    json_out: JsonOpt = False,
+    layout_flags: dict[str, Any] | None = None,
+) -> None:
+    """Predict TTFT, TPOT and per-GPU throughput of a deployment at a closed-loop operating point."""
+    from tokenmill.perf.calibrated import load_table
+    from tokenmill.perf.predict import predict as run
+
+    b = _check_backend(backend)
+    plan = build_plan(model, gpu, gpus, layout_flags or {})
+    if not plan.fits:
+        raise TokenmillError(f"does not fit: {plan.reason}")
+    params, notes = load_table(params_file).resolve(plan.gpu.name, b)
+    pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
+    out = pred.to_dict()
+    if json_out:
+        print(json.dumps(out, indent=2))
+        return
+    _print_prediction(out, plan.layout.describe())
+
+
+def _print_prediction(out: dict[str, Any], layout: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(
+        title=f"{out['model']} {layout} on {out['gpus']}×{out['gpu']} ({out['backend']}): "
+        f"ISL {out['isl']:,} OSL {out['osl']:,} concurrency {out['concurrency']}",
+        show_edge=False,
+    )
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key in ("ttft_ms", "tpot_ms", "output_throughput_per_gpu", "total_throughput_per_gpu", "requests_per_s"):
+        t.add_row(key, f"{out[key]:,.2f}")
+    console.print(t)
+    step = out["decode_step"]
+    d = Table(title=f"one decode step: {step['batch']} requests at {step['context']:,} tokens", show_edge=False)
+    d.add_column("component")
+    d.add_column("ms", justify="right")
+    for k, v in step["breakdown_ms"].items():
+        if v:
+            d.add_row(k, f"{v:.3f}")
+    d.add_row("total", f"{step['ms']:.3f}")
+    console.print(d)
+    for note in out["notes"]:
+        console.print(f"note: {note}")
+
+
+@contextmanager
+def _progress(total: int, quiet: bool, label: str) -> Iterator[Callable[[int], None] | None]:
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _print_score(result: dict[str, Any], silicon: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+
+    def table(title: str, groups: dict[str, dict[str, Any]]) -> None:
+        t = Table(title=title, show_edge=False)
+        for col in ("group", "rows", "predicted", "coverage"):
+            t.add_column(col, justify="left" if col == "group" else "right")
+        if silicon:
+            for col in ("TTFT median", "TTFT p90", "TPOT median", "TPOT p90"):
+                t.add_column(col, justify="right")
+        for name, s in groups.items():
+            cells = [name, str(s["rows"]), str(s["predicted"]), _pct(s["coverage"])]
+            if silicon:
+                cells += [
+                    _pct(s["ttft_median_ape"]),
+                    _pct(s["ttft_p90_ape"]),
+                    _pct(s["tpot_median_ape"]),
+                    _pct(s["tpot_p90_ape"]),
+                ]
+            t.add_row(*cells)
+        console.print(t)
+
+    table(
+        "fully specified rows" + (" (absolute percentage error)" if silicon else ""),
+        {"overall": result["overall"]},
+    )
+    if result["assumed_disagg"]["rows"]:
+        table(
+            "disaggregated rows without batch sizes (1 prefill + 1 decode worker assumed)",
+            {"assumed": result["assumed_disagg"]},
+        )
+    for key, title in (("by_model", "by model"), ("by_system", "by system"), ("by_backend", "by engine")):
+        table(title, result[key])
+    if result["skipped_reasons"]:
+        console.print("skipped: " + "; ".join(f"{n} × {r}" for r, n in result["skipped_reasons"].items()))
+
+
+@calibrate_app.command("evaluate")
+def evaluate(
+    measurements: MeasOpt,
+    models_dir: ModelsDirOpt,
+    out: Annotated[Path, typer.Option("--out", help="Predictions CSV to write.")],
+    params_file: ParamsOpt = None,
+    jobs: JobsOpt = 1,
+    json_out: JsonOpt = False,
+) -> None:
+    """Predict every row; write id,predicted_ttft_ms,predicted_tpot_ms,skipped_reason; print the errors."""
+    from tokenmill.perf.calibrate import predict_rows, score
+    from tokenmill.perf.calibrated import load_table
+    from tokenmill.perf.measurements import read_measurements
+
+    rows, silicon = read_measurements(measurements)
+    table = load_table(params_file)
+    with _progress(len(rows), json_out, "predicting") as bar:
+        preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar)
+    try:
+        with out.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped_reason", "notes"])
+            for p in preds:
+                w.writerow(
+                    [
+                        p.id,
+                        "" if p.ttft_ms is None else f"{p.ttft_ms:.4f}",
+                        "" if p.tpot_ms is None else f"{p.tpot_ms:.5f}",
+                        p.skipped_reason,
+                        "; ".join(p.notes),
+                    ]
+                )
+    except OSError as exc:
+        raise TokenmillError(f"--out: cannot write {out}: {exc.strerror}") from None
+    result = score(preds)
+    result["silicon_columns"] = silicon
+    result["params"] = table.meta
+    if json_out:
+        print(json.dumps(result, indent=2))
+        return
+    _print_score(result, silicon)
+    print(f"wrote {out}")
+
+
+@calibrate_app.command("fit")
+def fit(
+    measurements: MeasOpt,
+    models_dir: ModelsDirOpt,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Where to write the constants (default: the shipped params.json).")
+    ] = None,
+    start: Annotated[Path | None, typer.Option("--start", help="Constants to start from (default: priors).")] = None,
+    max_rows: Annotated[int | None, typer.Option("--max-rows", help="Fit on a stratified subsample.")] = None,
+    rounds: Annotated[int, typer.Option("--rounds", help="Replay-then-fit rounds.")] = 2,
+    sweeps: Annotated[int, typer.Option("--sweeps", help="Coordinate-descent sweeps per round.")] = 5,
+    jobs: JobsOpt = 1,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit the constants per GPU kind and engine to the measured rows; write them as JSON."""
+    from tokenmill.perf.calibrate import fit as run
+    from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
+    from tokenmill.perf.measurements import read_measurements
+
+    rows, silicon = read_measurements(measurements)
+    if not silicon:
+        raise TokenmillError("--measurements: fitting needs the silicon_ttft_ms and silicon_tpot_ms columns")
+    for name, v in (("--rounds", rounds), ("--sweeps", sweeps)):
+        if v <= 0:
+            raise TokenmillError(f"{name} must be positive (got {v})")
+    if max_rows is not None and max_rows <= 0:
+        raise TokenmillError(f"--max-rows must be positive (got {max_rows})")
+    table = load_table(start) if start is not None else ParamTable()
+    msgs: list[str] = []
+    log = msgs.append if json_out else (lambda m: print(m, file=sys.stderr))
+    with _progress(rounds * min(len(rows), max_rows or len(rows)), json_out, "replaying") as bar:
+        fitted, report, _ = run(
+            rows,
+            models_dir,
+            table,
+            rounds=rounds,
+            sweeps=sweeps,
+            max_rows=max_rows,
+            jobs=max(1, jobs),
+            log=log,
+            progress=bar,
+        )
+    argv = ["tokenmill", "calibrate", "fit", "--measurements", str(measurements), "--models-dir", str(models_dir)]
+    if max_rows is not None:
+        argv += ["--max-rows", str(max_rows)]
+    if rounds != 2:
+        argv += ["--rounds", str(rounds)]
+    if sweeps != 5:
+        argv += ["--sweeps", str(sweeps)]
+    fitted.meta.update({"command": " ".join(argv), "measurements_rows": len(rows)})
+    target = out if out is not None else shipped_path()
+    try:
+        fitted.write(target)
+    except OSError as exc:
+        raise TokenmillError(f"--out: cannot write {target}: {exc.strerror}") from None
+    if json_out:
+        print(json.dumps({"out": str(target), **fitted.to_json(), "log": msgs}, indent=2))
+        return
+    print(f"fitted {report.rows} rows: loss {report.loss_before:.1f} → {report.loss_after:.1f}; wrote {target}")

@@ -1,0 +1,616 @@
+"""Predict measured benchmark rows, score the predictions, and fit the constants to them.
+
+- :func:`predict_rows` replays every row of a measurements file (``perf.replay``) with the
+  constants of its GPU and engine and returns one :class:`RowPrediction` per row: a TTFT and a
+  TPOT, or the reason the row cannot be predicted (never an exception).
+- :func:`score` gives coverage and the median and p90 absolute percentage error of TTFT and TPOT,
+  overall and by model, system, engine and system × engine, for the fully specified rows and, apart,
+  for the disaggregated rows predicted under the worker assumption.
+- :func:`fit` fits the constants: replay each fully specified row once with the current constants,
+  recording every step's resource demands and its weight in the row's mean TTFT and TPOT; then
+  minimise the robust sum over rows of |log(predicted / measured)| (smoothed near 0) for TTFT and
+  TPOT by cyclic coordinate descent in log space, one constant at a time (a 7-point grid around
+  the current value, then golden-section search inside the best bracket, inside each constant's
+  physical bounds). A constant of one GPU kind or one engine is scored on that GPU's or engine's
+  rows only. Replay and fit alternate ``rounds`` times (the replay's step sequence hardly moves
+  with the constants; the second round absorbs what does). Deterministic: rows are processed in a
+  fixed order and the optimiser has no randomness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from tokenmill.errors import TokenmillError
+from tokenmill.hardware import GPU, load_gpu
+from tokenmill.perf.calibrated import ParamTable
+from tokenmill.perf.measurements import RowSpec, Skip, interpret, model_for_row
+from tokenmill.perf.params import BOUNDS, ENGINE_FIELDS, GLOBAL_FIELDS, GPU_FIELDS, PerfParams
+from tokenmill.perf.replay import Recorded, replay_aggregated, replay_disaggregated
+from tokenmill.perf.roofline import Features, combine, total_seconds
+from tokenmill.plan.layout import Layout
+from tokenmill.plan.memory_plan import MemoryPlan, plan_memory
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class RowPrediction:
+    id: str
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    skipped_reason: str = ""
+    notes: list[str] = field(default_factory=list)
+    model: str = ""
+    system: str = ""
+    backend: str = ""
+    mode: str = ""
+    fully_specified: bool = True
+    measured_ttft_ms: float | None = None
+    measured_tpot_ms: float | None = None
+    recorded: Recorded | None = None
+
+    @property
+    def predicted(self) -> bool:
+        return self.ttft_ms is not None and self.tpot_ms is not None
+
+
+@lru_cache(maxsize=512)
+def _plan(config: str, gemm: str, moe: str, gpu_name: str, layout: Layout) -> MemoryPlan:
+    model = model_for_row(config, gemm, moe)
+    gpu = load_gpu(gpu_name)
+    return plan_memory(model, gpu, layout.gpus_per_worker, layout)
+
+
+def _fitting_plan(spec: RowSpec, gpu: GPU, layout: Layout) -> MemoryPlan:
+    plan = _plan(str(spec.config_path), spec.gemm_mode, spec.moe_mode, gpu.name, layout)
+    if not plan.fits:
+        raise TokenmillError(f"does not fit: {plan.reason}")
+    return plan
+
+
+def predict_spec(spec: RowSpec, table: ParamTable, record: bool = False) -> RowPrediction:
+    """Replay one interpreted row with the constants of its GPU and engine."""
+    out = RowPrediction(
+        spec.id,
+        model=spec.model_path,
+        system=spec.system,
+        backend=spec.backend,
+        mode=spec.mode,
+        fully_specified=spec.fully_specified,
+        measured_ttft_ms=spec.ttft_ms,
+        measured_tpot_ms=spec.tpot_ms,
+        notes=list(spec.notes),
+    )
+    try:
+        gpu = load_gpu(spec.system)
+        params, pnotes = table.resolve(gpu.name, spec.backend)
+        out.notes += pnotes
+        if spec.agg is not None:
+            plan = _fitting_plan(spec, gpu, spec.agg.layout)
+            res = replay_aggregated(plan, spec.backend, spec.isl, spec.osl, spec.concurrency, params, record=record)
+        else:
+            assert spec.prefill is not None and spec.decode is not None
+            pplan = _fitting_plan(spec, gpu, spec.prefill.layout)
+            dplan = _fitting_plan(spec, gpu, spec.decode.layout)
+            res = replay_disaggregated(
+                pplan,
+                dplan,
+                spec.prefill.workers,
+                spec.decode.workers,
+                spec.backend,
+                spec.isl,
+                spec.osl,
+                spec.concurrency,
+                params,
+                record=record,
+            )
+    except TokenmillError as exc:
+        out.skipped_reason = " ".join(str(exc).split())
+        return out
+    except Exception as exc:  # a row must never stop the run; report what broke
+        out.skipped_reason = f"internal error: {type(exc).__name__}: {exc}"
+        return out
+    out.ttft_ms = res.ttft_s * 1e3
+    out.tpot_ms = res.tpot_s * 1e3
+    out.notes += res.notes
+    out.recorded = res.recorded
+    return out
+
+
+def predict_row(row: dict[str, str], models_dir: str, table: ParamTable, record: bool = False) -> RowPrediction:
+    it = interpret(row, models_dir)
+    if isinstance(it, Skip):
+        r = row
+        return RowPrediction(
+            it.id,
+            skipped_reason=it.reason,
+            model=r.get("model_path", ""),
+            system=r.get("system", ""),
+            backend=r.get("backend", ""),
+            mode=r.get("mode", ""),
+            fully_specified=_row_fully_specified(r),
+        )
+    return predict_spec(it, table, record)
+
+
+def _row_fully_specified(row: dict[str, str]) -> bool:
+    if (row.get("mode") or "").strip().lower() != "disagg":
+        return True
+    return all((row.get(k) or "").strip() for k in ("prefill_batch_size", "decode_batch_size", "decode_num_workers"))
+
+
+# --- running many rows ------------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init(models_dir: str, table_json: dict[str, Any], record: bool) -> None:
+    _WORKER["args"] = (models_dir, ParamTable.from_json(table_json), record)
+
+
+def _one(row: dict[str, str]) -> RowPrediction:
+    models_dir, table, record = _WORKER["args"]
+    return predict_row(row, models_dir, table, record)
+
+
+def predict_rows(
+    rows: Sequence[dict[str, str]],
+    models_dir: Path | str,
+    table: ParamTable,
+    record: bool = False,
+    jobs: int = 1,
+    progress: Progress | None = None,
+) -> list[RowPrediction]:
+    """One prediction per row, in order (``jobs`` worker processes; the result does not depend on it)."""
+    d = str(models_dir)
+    if not Path(d).is_dir():
+        raise TokenmillError(f"--models-dir: no such directory {d}")
+    out: list[RowPrediction] = []
+    if jobs <= 1 or len(rows) < 8:
+        for row in rows:
+            out.append(predict_row(row, d, table, record))
+            if progress:
+                progress(1)
+        return out
+    chunk = max(1, min(32, len(rows) // (jobs * 8)))
+    with ProcessPoolExecutor(jobs, initializer=_init, initargs=(d, table.to_json(), record)) as pool:
+        for pred in pool.map(_one, rows, chunksize=chunk):
+            out.append(pred)
+            if progress:
+                progress(1)
+    return out
+
+
+# --- scoring ------------------------------------------------------------------------------------
+
+
+def _ape(pred: float, meas: float) -> float:
+    return abs(pred - meas) / meas
+
+
+def _stats(preds: list[RowPrediction]) -> dict[str, Any]:
+    scored = [p for p in preds if p.predicted and p.measured_ttft_ms and p.measured_tpot_ms]
+    out: dict[str, Any] = {"rows": len(preds), "predicted": sum(1 for p in preds if p.predicted)}
+    out["coverage"] = out["predicted"] / out["rows"] if out["rows"] else 0.0
+    out["scored"] = len(scored)
+    pairs: dict[str, list[tuple[float, float]]] = {
+        "ttft": [(p.ttft_ms or 0.0, p.measured_ttft_ms or 1.0) for p in scored],
+        "tpot": [(p.tpot_ms or 0.0, p.measured_tpot_ms or 1.0) for p in scored],
+    }
+    for key, values in pairs.items():
+        errs = np.array([_ape(pred, meas) for pred, meas in values])
+        out[f"{key}_median_ape"] = float(np.median(errs)) if len(errs) else None
+        out[f"{key}_p90_ape"] = float(np.percentile(errs, 90)) if len(errs) else None
+    return out
+
+
+def score(preds: list[RowPrediction]) -> dict[str, Any]:
+    """Coverage and error statistics: fully specified rows (overall and by group) and, apart, the
+    disaggregated rows predicted under the worker assumption."""
+    full = [p for p in preds if p.fully_specified]
+    assumed = [p for p in preds if not p.fully_specified]
+    result: dict[str, Any] = {"overall": _stats(full), "assumed_disagg": _stats(assumed)}
+    for name, key in (
+        ("by_model", lambda p: p.model),
+        ("by_system", lambda p: p.system),
+        ("by_backend", lambda p: p.backend),
+        ("by_system_backend", lambda p: f"{p.system}/{p.backend}"),
+        ("by_mode", lambda p: p.mode),
+    ):
+        groups: dict[str, list[RowPrediction]] = {}
+        for p in full:
+            groups.setdefault(key(p), []).append(p)
+        result[name] = {k: _stats(v) for k, v in sorted(groups.items())}
+    reasons: dict[str, int] = {}
+    for p in preds:
+        if not p.predicted:
+            r = p.skipped_reason.split(":")[0]
+            reasons[r] = reasons.get(r, 0) + 1
+    result["skipped_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return result
+
+
+# --- fitting ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Subset:
+    feats: Features
+    rows: np.ndarray  # row index (local) per sub-row
+    tw: np.ndarray
+    pw: np.ndarray
+    sync: np.ndarray
+    gpu: np.ndarray  # GPU index per sub-row
+    eng: np.ndarray  # engine index per sub-row
+    meas_ttft: np.ndarray
+    meas_tpot: np.ndarray
+    n_rows: int
+
+
+@dataclass
+class FitData:
+    """Recorded demands of the fit rows, with their GPU, engine and measurements."""
+
+    gpus: list[str]
+    engines: list[str]
+    ids: list[str]
+    features: np.ndarray
+    row: np.ndarray
+    tw: np.ndarray
+    pw: np.ndarray
+    sync: np.ndarray
+    row_gpu: np.ndarray
+    row_eng: np.ndarray
+    meas_ttft: np.ndarray  # seconds
+    meas_tpot: np.ndarray
+
+    def subset(self, rows_mask: np.ndarray) -> _Subset:
+        keep_rows = np.flatnonzero(rows_mask)
+        remap = -np.ones(len(rows_mask), dtype=np.int64)
+        remap[keep_rows] = np.arange(len(keep_rows))
+        sub = remap[self.row] >= 0
+        f = np.asfortranarray(self.features[sub])  # contiguous columns: the fit works column-wise
+        r = remap[self.row[sub]]
+        return _Subset(
+            Features(*(f[:, j] for j in range(f.shape[1]))),
+            r,
+            self.tw[sub],
+            self.pw[sub],
+            self.sync[sub],
+            self.row_gpu[self.row[sub]],
+            self.row_eng[self.row[sub]],
+            self.meas_ttft[keep_rows],
+            self.meas_tpot[keep_rows],
+            len(keep_rows),
+        )
+
+    def without(self, keep: np.ndarray) -> FitData:
+        """The same data restricted to rows where ``keep`` is true."""
+        idx = np.flatnonzero(keep)
+        remap = -np.ones(len(keep), dtype=np.int64)
+        remap[idx] = np.arange(len(idx))
+        sub = remap[self.row] >= 0
+        return FitData(
+            self.gpus,
+            self.engines,
+            [self.ids[i] for i in idx],
+            self.features[sub],
+            remap[self.row[sub]],
+            self.tw[sub],
+            self.pw[sub],
+            self.sync[sub],
+            self.row_gpu[idx],
+            self.row_eng[idx],
+            self.meas_ttft[idx],
+            self.meas_tpot[idx],
+        )
+
+
+def collect(preds: Iterable[RowPrediction]) -> FitData:
+    """Fit data from recorded predictions (rows without a recording or measurement are left out)."""
+    gpus: list[str] = []
+    engines: list[str] = []
+    feats: list[np.ndarray] = []
+    rows: list[np.ndarray] = []
+    tws: list[np.ndarray] = []
+    pws: list[np.ndarray] = []
+    syncs: list[np.ndarray] = []
+    row_gpu: list[int] = []
+    row_eng: list[int] = []
+    mt: list[float] = []
+    mp: list[float] = []
+    ids: list[str] = []
+    for p in preds:
+        rec = p.recorded
+        if rec is None or not p.measured_ttft_ms or not p.measured_tpot_ms or not p.fully_specified:
+            continue
+        g = load_gpu(p.system).name
+        if g not in gpus:
+            gpus.append(g)
+        if p.backend not in engines:
+            engines.append(p.backend)
+        i = len(ids)
+        ids.append(p.id)
+        feats.append(rec.features)
+        rows.append(np.full(len(rec.ttft_w), i, dtype=np.int64))
+        tws.append(rec.ttft_w)
+        pws.append(rec.tpot_w)
+        syncs.append(rec.sync)
+        row_gpu.append(gpus.index(g))
+        row_eng.append(engines.index(p.backend))
+        mt.append(p.measured_ttft_ms / 1e3)
+        mp.append(p.measured_tpot_ms / 1e3)
+    if not ids:
+        raise TokenmillError("no row could be replayed with measurements: nothing to fit")
+    return FitData(
+        gpus,
+        engines,
+        ids,
+        np.vstack(feats),
+        np.concatenate(rows),
+        np.concatenate(tws),
+        np.concatenate(pws),
+        np.concatenate(syncs),
+        np.asarray(row_gpu),
+        np.asarray(row_eng),
+        np.asarray(mt),
+        np.asarray(mp),
+    )
+
+
+_DELTA = 0.02  # smoothing of |log error| near zero
+
+
+def _loss(pred_t: np.ndarray, pred_p: np.ndarray, s: _Subset) -> float:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        et = np.log(np.maximum(pred_t, 1e-9) / s.meas_ttft)
+        ep = np.log(np.maximum(pred_p, 1e-9) / s.meas_tpot)
+    return float(np.sum(np.sqrt(et * et + _DELTA**2) + np.sqrt(ep * ep + _DELTA**2)))
+
+
+class _Params:
+    """Current constants as arrays over GPUs and engines, and their numpy view for a subset."""
+
+    def __init__(self, table: ParamTable, data: FitData) -> None:
+        prior = PerfParams()
+        self.glob = {k: table.global_.get(k, getattr(prior, k)) for k in _all_fields()}
+        self.gpu = {k: np.array([table.gpus.get(g, {}).get(k, self.glob[k]) for g in data.gpus]) for k in GPU_FIELDS}
+        self.eng = {
+            k: np.array([table.backends.get(e, {}).get(k, getattr(prior, k)) for e in data.engines])
+            for k in ENGINE_FIELDS
+        }
+
+    def view(self, s: _Subset) -> SimpleNamespace:
+        ns = SimpleNamespace(**self.glob)
+        for k, v in self.gpu.items():
+            setattr(ns, k, v[s.gpu])
+        for k, v in self.eng.items():
+            setattr(ns, k, v[s.eng])
+        return ns
+
+    def table(self, data: FitData, meta: dict[str, Any]) -> ParamTable:
+        return ParamTable(
+            global_={k: float(self.glob[k]) for k in GLOBAL_FIELDS},
+            gpus={g: {k: float(self.gpu[k][i]) for k in GPU_FIELDS} for i, g in enumerate(data.gpus)},
+            backends={e: {k: float(self.eng[k][i]) for k in ENGINE_FIELDS} for i, e in enumerate(data.engines)},
+            meta=meta,
+        )
+
+
+def _all_fields() -> list[str]:
+    from dataclasses import fields
+
+    return [f.name for f in fields(PerfParams)]
+
+
+def _predict(s: _Subset, ns: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
+    b = ns.burst_share
+    t = total_seconds(combine(s.feats, ns, np.maximum))
+    t = t * np.where(s.sync == 1, b, np.where(s.sync == 0, 1.0 - b, 1.0))
+    return (
+        np.bincount(s.rows, weights=s.tw * t, minlength=s.n_rows),
+        np.bincount(s.rows, weights=s.pw * t, minlength=s.n_rows),
+    )
+
+
+def _golden(f: Callable[[float], float], lo: float, hi: float, iters: int) -> tuple[float, float]:
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    return (c, fc) if fc <= fd else (d, fd)
+
+
+@dataclass
+class FitReport:
+    loss_before: float
+    loss_after: float
+    rows: int
+    sweeps: int
+    history: list[float]
+
+
+#: Constants shared by the GPUs of one architecture (same die, same tensor cores, same kernels):
+#: H100 and H200 (Hopper), B200 and GB200 (Blackwell); B300 (Blackwell Ultra) has its own.
+ARCH_TIED = ("matmul_efficiency", "moe_matmul_efficiency", "fp4_matmul_ratio", "attention_efficiency")
+#: Weight of the pull towards the priors, per row a constant is scored on: (log(value / prior))².
+PRIOR_WEIGHT = 0.02
+
+
+def _arch(gpu: str) -> str:
+    try:
+        return load_gpu(gpu).architecture
+    except TokenmillError:
+        return gpu
+
+
+class _Coordinate:
+    """One constant (globally, or of one GPU, architecture or engine) and its line search."""
+
+    def __init__(
+        self, cur: _Params, s: _Subset, scope: str, key: str, i: int, members: list[int], log_prior: float
+    ) -> None:
+        self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
+        self.log_prior = log_prior
+        self.pull = PRIOR_WEIGHT * s.n_rows
+        self.ns = cur.view(s)
+
+    def get(self) -> float:
+        cur, key = self.cur, self.key
+        if self.scope == "glob":
+            return float(cur.glob[key])
+        if self.scope == "eng":
+            return float(cur.eng[key][self.i])
+        return float(np.exp(np.mean(np.log(cur.gpu[key][self.members]))))
+
+    def put(self, v: float) -> None:
+        cur, key = self.cur, self.key
+        if self.scope == "glob":
+            cur.glob[key] = v
+        elif self.scope == "eng":
+            cur.eng[key][self.i] = v
+        else:
+            cur.gpu[key][self.members] = v
+        setattr(self.ns, key, v)  # the subset is one GPU's, architecture's or engine's rows: one value
+
+    def objective(self, logv: float) -> float:
+        self.put(math.exp(logv))
+        return _loss(*_predict(self.s, self.ns), self.s) + self.pull * (logv - self.log_prior) ** 2
+
+    def update(self, sweep: int) -> None:
+        """A 7-point grid around the current value (narrowing with the sweeps), then golden-section
+        search inside the best bracket; keep the current value unless the objective improves."""
+        lo_b, hi_b = BOUNDS[self.key]
+        x0 = min(max(self.get(), lo_b), hi_b)
+        f0 = self.objective(math.log(x0))
+        lo, hi = math.log(lo_b), math.log(hi_b)
+        span = math.log(4.0) / (sweep + 1)
+        grid = [min(hi, max(lo, math.log(x0) + span * (j - 3) / 3)) for j in range(7)]
+        vals = [self.objective(x) for x in grid]
+        j = int(np.argmin(vals))
+        a, b = grid[max(0, j - 1)], grid[min(6, j + 1)]
+        best_x, best_f = grid[j], vals[j]
+        if b > a:
+            gx, gf = _golden(self.objective, a, b, 12)
+            if gf < best_f:
+                best_x, best_f = gx, gf
+        if best_f > f0:
+            best_x = math.log(x0)
+        self.put(math.exp(best_x))
+
+
+def fit_constants(
+    data: FitData,
+    table: ParamTable,
+    sweeps: int = 4,
+    fixed: Sequence[str] = (),
+    log: Callable[[str], None] | None = None,
+) -> tuple[ParamTable, FitReport]:
+    """Coordinate descent on the recorded demands (see the module docstring). Compute
+    efficiencies are shared by GPUs of one architecture (``ARCH_TIED``); every constant is pulled
+    towards its prior by ``PRIOR_WEIGHT`` × rows × (log(value / prior))², so a constant the data
+    barely constrain stays near its documented prior."""
+    cur = _Params(table, data)
+    prior = PerfParams()
+    everything = data.subset(np.ones(len(data.ids), dtype=bool))
+    archs = sorted({_arch(g) for g in data.gpus})
+    arch_of = [archs.index(_arch(g)) for g in data.gpus]
+    row_arch = np.asarray(arch_of)[data.row_gpu] if len(data.gpus) else data.row_gpu
+    by_gpu = [data.subset(data.row_gpu == i) for i in range(len(data.gpus))]
+    by_arch = [data.subset(row_arch == a) for a in range(len(archs))]
+    by_eng = [data.subset(data.row_eng == i) for i in range(len(data.engines))]
+
+    def total() -> float:
+        return _loss(*_predict(everything, cur.view(everything)), everything)
+
+    before = total()
+    history = [before]
+    coords: list[tuple[str, str, int]] = []
+    for k in GPU_FIELDS:
+        if k in ARCH_TIED:
+            coords += [("arch", k, a) for a in range(len(archs))]
+        else:
+            coords += [("gpu", k, i) for i in range(len(data.gpus))]
+    coords += [("eng", k, i) for k in ENGINE_FIELDS for i in range(len(data.engines))]
+    coords += [("glob", k, 0) for k in GLOBAL_FIELDS]
+    coords = [c for c in coords if c[1] not in fixed]
+    for sweep in range(sweeps):
+        for scope, key, i in coords:
+            s = {"glob": everything, "gpu": None, "arch": None, "eng": None}[scope]
+            if scope == "gpu":
+                s = by_gpu[i]
+            elif scope == "arch":
+                s = by_arch[i]
+            elif scope == "eng":
+                s = by_eng[i]
+            assert s is not None
+            if s.n_rows == 0:
+                continue
+            members = [g for g in range(len(data.gpus)) if arch_of[g] == i] if scope == "arch" else [i]
+            _Coordinate(cur, s, scope, key, i, members, math.log(getattr(prior, key))).update(sweep)
+        history.append(total())
+        if log:
+            log(f"sweep {sweep + 1}: loss {history[-1]:.2f} (rows {len(data.ids)})")
+    meta = {"fit_rows": len(data.ids), "loss_before": round(before, 4), "loss_after": round(history[-1], 4)}
+    return cur.table(data, meta), FitReport(before, history[-1], len(data.ids), sweeps, history)
+
+
+def select_rows(rows: Sequence[dict[str, str]], max_rows: int | None) -> list[dict[str, str]]:
+    """A deterministic, stratified subsample: rows ordered by (model, system, backend, hash of id),
+    every k-th kept."""
+    if max_rows is None or len(rows) <= max_rows:
+        return list(rows)
+
+    def key(r: dict[str, str]) -> tuple[str, str, str, str]:
+        h = hashlib.sha256((r.get("id") or "").encode()).hexdigest()
+        return (r.get("model_path", ""), r.get("system", ""), r.get("backend", ""), h)
+
+    ordered = sorted(rows, key=key)
+    step = len(ordered) / max_rows
+    return [ordered[int(i * step)] for i in range(max_rows)]
+
+
+def fit(
+    rows: Sequence[dict[str, str]],
+    models_dir: Path | str,
+    table: ParamTable,
+    rounds: int = 2,
+    sweeps: int = 5,
+    max_rows: int | None = None,
+    jobs: int = 1,
+    log: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+) -> tuple[ParamTable, FitReport, FitData]:
+    """Replay (recording) and fit, ``rounds`` times. Only fully specified rows with measurements."""
+    usable = [r for r in rows if _row_fully_specified(r) and (r.get("silicon_ttft_ms") or "").strip()]
+    chosen = select_rows(usable, max_rows)
+    report: FitReport | None = None
+    data: FitData | None = None
+    for rnd in range(rounds):
+        preds = predict_rows(chosen, models_dir, table, record=True, jobs=jobs, progress=progress)
+        data = collect(preds)
+        if log:
+            log(f"round {rnd + 1}: {len(data.ids)} rows replayed, {len(data.row)} recorded steps")
+        table, report = fit_constants(data, table, sweeps=sweeps, log=log)
+    assert report is not None and data is not None
+    return table, report, data

@@ -1,0 +1,372 @@
+"""Measured serving results (``serving_measurements.csv``) read into what the replay needs.
+
+Each CSV row is one benchmark point of a real deployment: fixed-length random prompts sent in a
+closed loop at a concurrency C. :func:`interpret` turns a row into a :class:`RowSpec` (model,
+GPU, engine, per-role layouts, ISL, OSL, C) or a :class:`Skip` with the reason. Conventions and
+assumptions, each reported on the rows it touches:
+
+- **Parallel sizes** follow the collector's convention: ``tp_size`` is the attention-TP size of one
+  attention-DP rank, a worker has tp × attention_dp × pp GPUs, and moe_tp × moe_ep splits the same
+  GPUs for the experts. In tokenmill's (SGLang's) terms: ``Layout(tp = tp·dp, dp_attention = dp,
+  ep = moe_ep, pp)``. An empty or 0 size means 1. Expert parallelism together with attention DP
+  runs the experts with an all-to-all dispatch (DeepEP / TRT-LLM wide EP).
+- **Repair (product encoding).** On 8-GPU systems (HGX H100/H200/B200/B300) some aggregated rows
+  give a worker wider than the node where the sizes are the square of one number: tp = n² with
+  moe_tp = moe_ep = n (or dp = n² likewise, or tp = dp = n with moe_ep = n²). That is "TP n with
+  EP n" written as a product (the rows' ids name n); such rows are read as n GPUs and flagged
+  ``repaired``. Other agg workers wider than an 8-GPU node are skipped as broken.
+- **Concurrency** is the ``silicon_concurrency`` in ``silicon_data_source`` (the only thing read
+  from it); without it, batch_size × attention DP.
+- **Formats.** The row's ``gemm_quant_mode``/``moe_quant_mode`` set the weight formats: fp8 and
+  fp8_block → FP8 (128×128 blocks for fp8_block), nvfp4 → NVFP4; empty → the checkpoint's own.
+  A checkpoint already stored at the width the row names (DeepSeek's FP8, gpt-oss's MXFP4) is
+  kept as stored. The KV cache is taken as FP8 for fp8/fp4 rows and BF16 otherwise (the engines'
+  setting in these recipes; the CSV does not say).
+- **Models** are found in ``--models-dir`` as ``<org>--<name>_config.json``; failing that, by the
+  name with the organisation, a ``Meta-`` prefix and ``-Instruct``/``-FP8``/``-NVFP4``/``-FP4``
+  suffixes removed (``nvidia/Llama-3.1-8B-Instruct-FP8`` → ``meta-llama--Meta-Llama-3.1-8B``).
+  Instruct and base models share an architecture. No match: the row is skipped.
+- **Disaggregated rows without batch sizes** (the collector did not record them) are predicted
+  assuming one prefill worker and one decode worker of the given layouts, the decode worker
+  holding all C requests; they are reported apart (``fully_specified = False``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from tokenmill.errors import TokenmillError
+from tokenmill.hardware import GPU, load_gpu
+from tokenmill.plan.layout import KVDtype, Layout, PrefixCache
+from tokenmill.spec.formats import WeightFormat
+from tokenmill.spec.loader import model_from_config
+from tokenmill.spec.model import ModelSpec
+
+#: Columns a measurements file must have (silicon columns are optional: then we only predict).
+REQUIRED_COLUMNS = ("id", "backend", "model_path", "system", "mode", "isl", "osl")
+SILICON_COLUMNS = ("silicon_ttft_ms", "silicon_tpot_ms")
+BACKENDS = ("sglang", "vllm", "trtllm")
+#: Share of GPU memory the benchmarked engines give weights and caches (vLLM
+#: ``--gpu-memory-utilization``, TRT-LLM's free-memory fraction and the recipes' SGLang
+#: ``--mem-fraction-static`` are set high in these sweeps; 4×B200 DeepSeek-R1 FP8 needs it).
+ENGINE_MEM_FRACTION = 0.95
+
+_CONC = re.compile(r"silicon_concurrency=(\d+)")
+_QUANT_SUFFIX = re.compile(r"-(instruct|fp8|nvfp4|fp4|bf16)$")
+
+
+@dataclass(frozen=True)
+class Role:
+    """One kind of worker of a deployment."""
+
+    layout: Layout
+    workers: int = 1
+    batch: int | None = None  # requests per attention-DP rank, as recorded
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus_per_worker * self.workers
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    id: str
+    backend: str
+    system: str
+    model_path: str
+    config_path: Path
+    gemm_mode: str
+    moe_mode: str
+    mode: str  # agg | disagg
+    isl: int
+    osl: int
+    concurrency: int
+    agg: Role | None = None
+    prefill: Role | None = None
+    decode: Role | None = None
+    fully_specified: bool = True
+    notes: tuple[str, ...] = ()
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        if self.agg is not None:
+            return self.agg.gpus
+        assert self.prefill is not None and self.decode is not None
+        return self.prefill.gpus + self.decode.gpus
+
+    @property
+    def has_silicon(self) -> bool:
+        return self.ttft_ms is not None and self.tpot_ms is not None
+
+
+@dataclass(frozen=True)
+class Skip:
+    id: str
+    reason: str
+    row: dict[str, str] = field(default_factory=dict)
+
+
+def read_measurements(path: Path | str) -> tuple[list[dict[str, str]], bool]:
+    """Rows of a measurements CSV, and whether it has the silicon (measured) columns."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise TokenmillError(f"--measurements: cannot read {p}: {exc.strerror}") from None
+    reader = csv.DictReader(text.splitlines())
+    cols = reader.fieldnames or []
+    missing = [c for c in REQUIRED_COLUMNS if c not in cols]
+    if missing:
+        raise TokenmillError(f"--measurements {p}: missing column(s) {', '.join(missing)}")
+    rows = [dict(r) for r in reader]
+    return rows, all(c in cols for c in SILICON_COLUMNS)
+
+
+def _int(row: dict[str, str], key: str) -> int | None:
+    value = (row.get(key) or "").strip()
+    if not value:
+        return None
+    try:
+        n = int(float(value))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def _float(row: dict[str, str], key: str) -> float | None:
+    value = (row.get(key) or "").strip()
+    if not value:
+        return None
+    try:
+        x = float(value)
+    except ValueError:
+        return None
+    return x if x > 0 else None
+
+
+def _norm_name(name: str) -> str:
+    n = name.lower()
+    if n.startswith("meta-"):
+        n = n[5:]
+    while True:
+        m = _QUANT_SUFFIX.search(n)
+        if not m:
+            return n
+        n = n[: m.start()]
+
+
+@lru_cache(maxsize=64)
+def _dir_index(models_dir: str) -> dict[str, tuple[str, ...]]:
+    index: dict[str, list[str]] = {}
+    for f in sorted(Path(models_dir).glob("*_config.json")):
+        name = f.name.removesuffix("_config.json").split("--", 1)[-1]
+        index.setdefault(_norm_name(name), []).append(f.name)
+    return {k: tuple(v) for k, v in index.items()}
+
+
+def find_config(model_path: str, models_dir: Path | str) -> tuple[Path | None, str | None]:
+    """The config file for a Hugging Face id, and a note when found by the relaxed name rule."""
+    d = Path(models_dir)
+    exact = d / (model_path.replace("/", "--") + "_config.json")
+    if exact.exists():
+        return exact, None
+    name = model_path.split("/", 1)[-1]
+    hits = _dir_index(str(d)).get(_norm_name(name), ())
+    if len(hits) == 1:
+        return d / hits[0], f"model {model_path} read from {hits[0]} (same architecture)"
+    return None, None
+
+
+def row_concurrency(row: dict[str, str]) -> int | None:
+    m = _CONC.search(row.get("silicon_data_source") or "")
+    return int(m.group(1)) if m else None
+
+
+def _role(row: dict[str, str], prefix: str, kv: KVDtype, gpu: GPU, mode: str) -> tuple[Role | None, str | None, str]:
+    """(role, note, skip reason) of one role's columns (``prefix`` '' for agg rows)."""
+    tp = _int(row, prefix + "tp_size") or 1
+    dp = _int(row, prefix + "attention_dp_size") or 1
+    pp = _int(row, prefix + "pp_size") or 1
+    mtp = _int(row, prefix + "moe_tp_size")
+    mep = _int(row, prefix + "moe_ep_size")
+    note = None
+    orig = (tp, dp, mtp, mep)
+    width = tp * dp
+    if mode == "agg" and width * pp > gpu.gpus_per_node and gpu.scale_up_domain_gpus <= gpu.gpus_per_node:
+        n = None
+        if mtp is not None and mtp == mep and width == mtp * mep and (dp == 1 or tp == 1):
+            n = mtp
+            tp, dp = (n, 1) if dp == 1 else (1, n)
+        elif tp == dp and mep is not None and mtp in (None, 1) and mep == tp * dp:
+            n = tp
+            tp, dp = 1, n
+        if n is None:
+            return (
+                None,
+                None,
+                (
+                    f"broken layout: an aggregated worker of tp {tp} × dp {dp} × pp {pp} GPUs is wider than the "
+                    f"{gpu.gpus_per_node}-GPU node of {gpu.name}"
+                ),
+            )
+        note = f"repaired: tp {orig[0]} × dp {orig[1]} (moe_tp {orig[2]} × moe_ep {orig[3]}) read as {n} GPUs"
+        mtp, mep = 1, n
+        width = tp * dp
+    ep = mep or 1
+    if mtp is not None and mep is not None and mtp * mep != width:
+        if mtp * mep == 1:
+            ep = 1  # dense model or experts replicated; sizes not recorded
+        else:
+            return None, None, f"inconsistent sizes: moe_tp {mtp} × moe_ep {mep} ≠ tp {tp} × dp {dp}"
+    if ep > width:
+        return None, None, f"inconsistent sizes: moe_ep {ep} > tp {tp} × dp {dp}"
+    a2a = "deepep" if (ep > 1 and dp > 1) else "none"
+    layout = Layout(
+        tp=width,
+        ep=ep,
+        pp=pp,
+        dp_attention=dp,
+        kv_cache_dtype=kv,
+        prefix_cache=PrefixCache.OFF,
+        moe_a2a_backend=a2a,
+        mem_fraction_static=ENGINE_MEM_FRACTION,
+    )
+    workers = _int(row, prefix + "num_workers") or 1 if prefix else 1
+    batch = _int(row, prefix + "batch_size")
+    return Role(layout, workers, batch), note, ""
+
+
+def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
+    """A CSV row as a replayable benchmark point, or the reason it cannot be one."""
+    rid = (row.get("id") or "").strip() or "?"
+    backend = (row.get("backend") or "").strip().lower()
+    if backend not in BACKENDS:
+        return Skip(rid, f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})", row)
+    system = (row.get("system") or "").strip()
+    try:
+        gpu = load_gpu(system)
+    except TokenmillError:
+        return Skip(rid, f"unknown system {system!r}", row)
+    model_path = (row.get("model_path") or "").strip()
+    config, name_note = find_config(model_path, models_dir)
+    if config is None:
+        return Skip(rid, f"no config for {model_path} in the models dir", row)
+    isl, osl = _int(row, "isl"), _int(row, "osl")
+    if isl is None or osl is None:
+        return Skip(rid, "isl/osl missing", row)
+    mode = (row.get("mode") or "").strip().lower()
+    precision = (row.get("precision") or "").strip().lower()
+    kv = KVDtype.FP8 if precision in ("fp8", "fp4") else KVDtype.BF16
+    notes: list[str] = [name_note] if name_note else []
+    conc = row_concurrency(row)
+    common: dict[str, Any] = {
+        "id": rid,
+        "backend": backend,
+        "system": system,
+        "model_path": model_path,
+        "config_path": config,
+        "gemm_mode": (row.get("gemm_quant_mode") or "").strip().lower(),
+        "moe_mode": (row.get("moe_quant_mode") or "").strip().lower(),
+        "isl": isl,
+        "osl": osl,
+        "ttft_ms": _float(row, "silicon_ttft_ms"),
+        "tpot_ms": _float(row, "silicon_tpot_ms"),
+    }
+    if mode == "agg":
+        role, note, reason = _role(row, "", kv, gpu, mode)
+        if role is None:
+            return Skip(rid, reason, row)
+        if note:
+            notes.append(note)
+        if conc is None:
+            if role.batch is None:
+                return Skip(rid, "no concurrency: neither silicon_concurrency nor batch_size", row)
+            conc = role.batch * role.layout.dp_attention
+            notes.append(f"concurrency {conc} = batch_size × attention DP (no silicon_concurrency)")
+        return RowSpec(mode="agg", concurrency=conc, agg=role, notes=tuple(notes), **common)
+    if mode == "disagg":
+        pre, note_p, reason_p = _role(row, "prefill_", kv, gpu, mode)
+        dec, note_d, reason_d = _role(row, "decode_", kv, gpu, mode)
+        if pre is None or dec is None:
+            return Skip(rid, (reason_p or reason_d), row)
+        notes += [f"{role}: {n}" for role, n in (("prefill", note_p), ("decode", note_d)) if n]
+        full = pre.batch is not None and dec.batch is not None and _int(row, "prefill_num_workers") is not None
+        full = full and _int(row, "decode_num_workers") is not None
+        if conc is None:
+            if dec.batch is None:
+                return Skip(rid, "no concurrency: neither silicon_concurrency nor decode_batch_size", row)
+            conc = dec.batch * dec.layout.dp_attention * dec.workers
+            notes.append(f"concurrency {conc} = decode batch × attention DP × workers (no silicon_concurrency)")
+        if not full:
+            notes.append("assumed: 1 prefill worker and 1 decode worker (batch sizes and worker counts not recorded)")
+        return RowSpec(
+            mode="disagg",
+            concurrency=conc,
+            prefill=pre,
+            decode=dec,
+            fully_specified=full,
+            notes=tuple(notes),
+            **common,
+        )
+    return Skip(rid, f"unknown mode {mode!r}", row)
+
+
+# --- model specs with the row's formats -----------------------------------------------------
+
+
+def _fp8_rules(block: bool) -> dict[str, Any]:
+    return {"quant_method": "fp8", "weight_block_size": [128, 128] if block else None}
+
+
+@lru_cache(maxsize=128)
+def _raw_config(path: str) -> str:
+    return Path(path).read_text()
+
+
+def _checkpoint_width(config: dict[str, Any]) -> int | None:
+    """Bits of the checkpoint's quantized weights (8, 4) or None when it is 16-bit."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    qc = config.get("quantization_config") or (text or {}).get("quantization_config")
+    if not isinstance(qc, dict):
+        return None
+    method = str(qc.get("quant_method", "")).lower()
+    if method == "fp8":
+        return 8
+    if method == "mxfp4":
+        return 4
+    fmt = str(qc.get("format", "")) + str(qc.get("quant_algo", ""))
+    return 4 if "fp4" in fmt.lower() else 8
+
+
+@lru_cache(maxsize=128)
+def model_for_row(config_path: str, gemm_mode: str, moe_mode: str) -> ModelSpec:
+    """The model spec of a row: its config with the row's weight formats applied."""
+    config = json.loads(_raw_config(config_path))
+    name = Path(config_path).name.removesuffix("_config.json")
+    modes = {gemm_mode, moe_mode} - {""}
+    if not modes:
+        return model_from_config(config, name, config_path)
+    width = 4 if any("fp4" in m for m in modes) else 8
+    if _checkpoint_width(config) == width:
+        return model_from_config(config, name, config_path)
+    config.pop("quantization_config", None)
+    if isinstance(config.get("text_config"), dict):
+        config["text_config"].pop("quantization_config", None)
+    expert_fmt: WeightFormat | None = None
+    if gemm_mode == "nvfp4":
+        config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    elif gemm_mode.startswith("fp8"):
+        config["quantization_config"] = _fp8_rules("block" in gemm_mode or "block" in moe_mode)
+    if moe_mode == "nvfp4" and gemm_mode != "nvfp4":
+        expert_fmt = WeightFormat.NVFP4
+    elif moe_mode.startswith("fp8") and not gemm_mode:
+        config["quantization_config"] = _fp8_rules("block" in moe_mode)
+    return model_from_config(config, name, config_path, expert_fmt)

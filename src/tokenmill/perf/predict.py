@@ -1,0 +1,122 @@
+"""``tokenmill predict``: TTFT, TPOT and per-GPU throughput of one deployment at one operating point.
+
+The deployment is a memory plan (model × GPU × layout × GPUs); the operating point is the
+benchmark InferenceX and bench_serving run: fixed-length prompts (ISL) and answers (OSL) in a
+closed loop at concurrency C. The answer comes from the closed-loop replay (``perf.replay``) with
+the calibrated constants of the GPU and engine (``perf.calibrated``); the notes say where a
+constant fell back to a prior. Per-GPU throughput divides by all GPUs of the deployment, as
+InferenceX does (DCP adds no GPUs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenmill.errors import TokenmillError
+from tokenmill.perf.params import PerfParams
+from tokenmill.perf.replay import decode_breakdown, replay_aggregated
+from tokenmill.plan.memory_plan import MemoryPlan, layout_dict
+
+DSPARK_ACCEPT_LENGTH = 2.7  # seed §2.3: what the server reported on agent requests at temperature 1.0
+
+
+def default_accept_length(plan: MemoryPlan) -> float:
+    spec = plan.layout.speculative
+    if not spec.enabled:
+        return 1.0
+    return DSPARK_ACCEPT_LENGTH if spec.algorithm == "dspark" else 1.0 + 0.75 * spec.tokens
+
+
+@dataclass
+class Prediction:
+    model: str
+    gpu: str
+    gpus: int
+    layout: dict[str, Any]
+    backend: str
+    isl: int
+    osl: int
+    concurrency: int
+    accept_length: float
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    requests_per_s: float
+    output_throughput_per_gpu: float
+    total_throughput_per_gpu: float
+    decode_step: dict[str, Any]
+    params: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "gpus": self.gpus,
+            "layout": self.layout,
+            "backend": self.backend,
+            "isl": self.isl,
+            "osl": self.osl,
+            "concurrency": self.concurrency,
+            "accept_length": self.accept_length,
+            "ttft_ms": round(self.ttft_ms, 3),
+            "tpot_ms": round(self.tpot_ms, 4),
+            "e2e_ms": round(self.e2e_ms, 3),
+            "requests_per_s": round(self.requests_per_s, 4),
+            "output_throughput_per_gpu": round(self.output_throughput_per_gpu, 3),
+            "total_throughput_per_gpu": round(self.total_throughput_per_gpu, 3),
+            "decode_step": {
+                "batch": self.decode_step["batch"],
+                "context": self.decode_step["context"],
+                "ms": round(self.decode_step["seconds"] * 1e3, 4),
+                "breakdown_ms": {k: round(v * 1e3, 4) for k, v in self.decode_step["breakdown"].items()},
+            },
+            "params": self.params,
+            "notes": self.notes,
+        }
+
+
+def predict(
+    plan: MemoryPlan,
+    backend: str,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    params: PerfParams,
+    accept_length: float | None = None,
+    notes: list[str] | None = None,
+) -> Prediction:
+    """Closed-loop TTFT/TPOT of ``plan`` at ``concurrency`` lanes of ISL/OSL requests."""
+    for name, value in (("--isl", isl), ("--osl", osl), ("--concurrency", concurrency)):
+        if value <= 0:
+            raise TokenmillError(f"{name} must be a positive integer (got {value})")
+    if not plan.fits:
+        raise TokenmillError(f"does not fit: {plan.reason}")
+    spec = plan.layout.speculative
+    accept = default_accept_length(plan) if accept_length is None else accept_length
+    if accept < 1 or (spec.enabled and accept > spec.num_draft_tokens):
+        raise TokenmillError(f"--accept-length must be between 1 and the verify width (got {accept})")
+    res = replay_aggregated(plan, backend, isl, osl, concurrency, params, accept_length=accept)
+    rps = res.requests_per_s
+    step = decode_breakdown(plan, params, res.decode_batch, res.decode_context)
+    return Prediction(
+        model=plan.model.name,
+        gpu=plan.gpu.name,
+        gpus=plan.gpus,
+        layout=layout_dict(plan.layout),
+        backend=backend,
+        isl=isl,
+        osl=osl,
+        concurrency=concurrency,
+        accept_length=accept,
+        ttft_ms=res.ttft_s * 1e3,
+        tpot_ms=res.tpot_s * 1e3,
+        e2e_ms=res.e2e_s * 1e3,
+        requests_per_s=rps,
+        output_throughput_per_gpu=rps * osl / plan.gpus,
+        total_throughput_per_gpu=rps * (isl + osl) / plan.gpus,
+        decode_step=step,
+        params=params.to_dict(),
+        notes=[*(notes or []), *res.notes],
+    )

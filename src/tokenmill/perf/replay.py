@@ -1,0 +1,535 @@
+"""Closed-loop replay of a fixed-length benchmark through the serving core, on the cost model.
+
+This is how ``tokenmill predict`` and ``tokenmill calibrate`` turn step times into TTFT and TPOT.
+It drives the simulator's own engine (``core.Scheduler`` with the pools and caps of the memory
+plan, ``core.Engine``) the way ``bench_serving --max-concurrency C --request-rate inf`` drives a
+server: C lanes send at t = 0 and each sends its next request when the previous one finishes.
+
+**Waves and the two regimes.** Each worker gets ⌈C / workers⌉ lanes. InferenceX sends 10·C
+requests after warm-up requests that leave the server idle, so its means cover one wave that
+reaches an idle server at once and nine more. What the later waves look like depends on whether
+the lanes stay in lock step, so each point is replayed twice:
+
+- *synchronised*: every lane starts at t = 0 with identical requests; under a prefill-first
+  schedule the lanes finish together and every wave arrives as a burst;
+- *desynchronised*: the first wave's lane i asks for ⌈OSL·(i + 1)/C⌉ tokens, so the lanes finish
+  spread over a request's lifetime and later waves arrive spread, as they do once jitter has
+  pulled a long benchmark apart.
+
+In each replay the first wave (a burst from idle) counts 1/10 and the next two waves (one when a
+worker holds ≥ 32 lanes) 9/10, as in a 10-wave run: mean TTFT, mean TPOT = (finish − first
+token)/(OSL − 1) per request, as bench_serving computes them. The prediction is
+``burst_share`` × synchronised + (1 − ``burst_share``) × desynchronised, ``burst_share`` being a
+fitted constant of the engine (PerfParams).
+
+**Engine policies** (facts of the engines' defaults, not fitted): SGLang runs prefill steps apart
+from decode steps (chunked-prefill-size 8,192 on GPUs under 160 GB, 16,384 above); vLLM and
+TRT-LLM mix prefill chunks into decode steps, in a budget of 8,192 tokens per step shared with the
+decode tokens the step carries. Under attention DP each rank has its own budget.
+
+**The short replay (the documented approximation).** Every request here has the same length, so
+between two events (an arrival, a finish, a prefill chunk) the decode batch does not change. A
+pure decode step is therefore run as a *macro step* of k real steps: the scheduler's verify width
+is set to the stride, the executor advances every request by the same k = min(stride, shortest
+remaining output), and charges k × the step time at the mid-point context (exact where the step
+time is affine in context). Finishes stay exact, so closed-loop arrivals land on the right step.
+Steps that run prefill advance decodes by one token. The stride is OSL/48 (at least 1), so a
+request sees ~50 decode events instead of OSL. With speculative decoding the stride is 1 and the
+simulator's own ``SimExecutor`` runs the steps. ``stride=1`` reproduces ``tokenmill.sim.simulate``
+step for step (a test pins it).
+
+**Disaggregated serving.** Prefill workers are replayed the same way (requests of one output
+token, and a lane's next request waits out its decode time: (OSL − 1) × TPOT + KV transfer); the
+decode worker is in steady state with its batch spread evenly over contexts ISL..ISL+OSL, so
+TPOT = one decode step at the mean context, the batch being the worker's share of the lanes that
+are decoding (C × decode time / (decode time + TTFT), two fixed-point passes). TTFT = prefill +
+KV (and state) transfer over the link between the workers (NVLink inside an NVL72 rack, the NIC
+otherwise), in ``kv_transfer_latency_s`` + bytes / (link × GPUs of the prefill worker).
+
+For calibration the replay records, for every step, its resource demands and its weight in the
+mean TTFT and TPOT: both are linear in the step times, and with zero think time the sequence of
+steps of a closed loop does not depend on the step times at all, so refitting the constants
+re-weights recorded steps instead of replaying again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tokenmill.core import Engine, Request, Scheduler
+from tokenmill.core.batch import ScheduledBatch, StepResult
+from tokenmill.errors import TokenmillError
+from tokenmill.hardware import GPU
+from tokenmill.perf.batch import BatchShape, DecodeWork, PrefillWork
+from tokenmill.perf.params import PerfParams
+from tokenmill.perf.roofline import STEP_KEYS, ZERO_FEATURES, CostModel, Features, combine
+from tokenmill.plan.cache_sizes import cache_sizes
+from tokenmill.plan.layout import Layout
+from tokenmill.plan.memory_plan import MemoryPlan
+from tokenmill.sim.executor import SimExecutor
+from tokenmill.sim.runner import SimOptions, scheduler_config_for
+
+DECODE_EVENTS = 48  # macro steps per request's decode (stride = OSL / this)
+WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
+LARGE_WORKER = 32  # lanes per worker from which one measured wave after the first is enough
+
+
+@dataclass(frozen=True)
+class EnginePolicy:
+    backend: str
+    mixed_chunk: bool
+    chunk_tokens: int
+
+
+def engine_policy(backend: str, gpu: GPU, layout: Layout) -> EnginePolicy:
+    """The scheduling defaults of ``backend`` on ``gpu`` (see the module docstring)."""
+    b = backend.lower()
+    if b == "sglang":
+        chunk = 16384 if gpu.memory_sold_bytes >= 160 * 10**9 else 8192
+        return EnginePolicy(b, False, chunk * layout.dp_attention)
+    if b in ("vllm", "trtllm"):
+        return EnginePolicy(b, True, 8192 * layout.dp_attention)
+    raise TokenmillError(f"--backend must be sglang, vllm or trtllm (got {backend!r})")
+
+
+@dataclass
+class StepLog:
+    """What calibration needs from a replay: demands of every (sub-)step and its weights."""
+
+    features: list[Features] = field(default_factory=list)
+    mult: list[float] = field(default_factory=list)
+    step: list[int] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+
+    def add_step(self, start: float, end: float, subs: list[tuple[Features, float]]) -> None:
+        i = len(self.starts)
+        self.starts.append(start)
+        self.ends.append(end)
+        for f, m in subs:
+            self.features.append(f)
+            self.mult.append(m)
+            self.step.append(i)
+
+
+@dataclass
+class Recorded:
+    """Demands (rows × features) and weights: mean TTFT = Σ m·ttft_w·t(row), mean TPOT likewise,
+    where m is ``burst_share`` for rows of the synchronised replay (``sync`` = 1), 1 − burst_share
+    for rows of the desynchronised one (``sync`` = 0) and 1 for per-request latencies (``sync`` = 2)."""
+
+    features: np.ndarray
+    ttft_w: np.ndarray
+    tpot_w: np.ndarray
+    sync: np.ndarray
+
+    @staticmethod
+    def empty() -> Recorded:
+        return Recorded(np.zeros((0, len(ZERO_FEATURES))), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int8))
+
+    def concat(self, other: Recorded) -> Recorded:
+        return Recorded(
+            np.vstack([self.features, other.features]),
+            np.concatenate([self.ttft_w, other.ttft_w]),
+            np.concatenate([self.tpot_w, other.tpot_w]),
+            np.concatenate([self.sync, other.sync]),
+        )
+
+    def mix(self, burst_share: float) -> np.ndarray:
+        return np.where(self.sync == 1, burst_share, np.where(self.sync == 0, 1.0 - burst_share, 1.0))
+
+
+@dataclass
+class ReplayResult:
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    lanes_per_worker: int
+    workers: int
+    measured: int
+    decode_batch: float  # mean decode batch of the measured window
+    decode_context: float
+    notes: list[str] = field(default_factory=list)
+    recorded: Recorded | None = None
+
+    @property
+    def requests_per_s(self) -> float:
+        """Little's law over all workers: lanes / mean request latency."""
+        return self.lanes_per_worker * self.workers / self.e2e_s if self.e2e_s > 0 else 0.0
+
+
+class _StrideExecutor:
+    """Executes a batch as one step, or a pure decode batch as k real steps (see module doc)."""
+
+    def __init__(self, cost: CostModel, params: PerfParams, log: StepLog | None) -> None:
+        self.cost = cost
+        self.params = params
+        self.log = log
+        self.now = 0.0
+        self.decode_steps = 0.0
+        self.decode_batch_sum = 0.0
+        self.decode_ctx_sum = 0.0
+
+    def execute(self, batch: ScheduledBatch) -> StepResult:
+        tokens: dict[str, list[int]] = {}
+        for p in batch.prefill:
+            if p.last:
+                tokens[p.request.rid] = [0]
+        if batch.prefill or not batch.decode:
+            k = 1
+            shape = BatchShape(
+                prefill=tuple(PrefillWork(p.length, p.start, p.last) for p in batch.prefill),
+                decode=tuple(DecodeWork(d.context, 1) for d in batch.decode),
+            )
+        else:
+            k = min(d.tokens for d in batch.decode)
+            mid = (k - 1) // 2
+            shape = BatchShape(decode=tuple(DecodeWork(d.context + mid, 1) for d in batch.decode))
+        f = self.cost.features(shape)
+        step = k * _seconds(f, self.params)
+        for d in batch.decode:
+            tokens[d.request.rid] = [0] * k
+        if self.log is not None:
+            self.log.add_step(self.now, self.now + step, [(f, float(k))])
+        if not batch.prefill and batch.decode:
+            n = len(batch.decode)
+            self.decode_steps += k
+            self.decode_batch_sum += k * n
+            self.decode_ctx_sum += k * sum(d.context for d in batch.decode) / n
+        return StepResult(step, tokens)
+
+
+def _seconds(f: Features, p: PerfParams) -> float:
+    parts = combine(f, p)
+    return float(sum(parts[k] for k in STEP_KEYS))
+
+
+@dataclass
+class _Req:
+    index: int
+    send_s: float
+    req: Request
+
+
+def _closed_loop(
+    plan: MemoryPlan,
+    cost: CostModel,
+    params: PerfParams,
+    policy: EnginePolicy,
+    isl: int,
+    new_tokens: int,
+    lanes: int,
+    think_s: float = 0.0,
+    accept_length: float = 1.0,
+    record: bool = False,
+    stride: int | None = None,
+    stagger: bool = True,
+) -> tuple[list[_Req], int, StepLog | None, _StrideExecutor | SimExecutor, list[str]]:
+    """Run one worker; return its requests (in send order), the first-wave size and the log.
+
+    With ``stagger`` the first wave's lanes are desynchronised (see the module docstring): lane i
+    asks for ⌈OSL·(i+1)/C⌉ tokens, or (one-token requests) waits (i+1)/C of its think time after
+    the first answer, so later waves arrive spread as in a long-running benchmark."""
+    notes: list[str] = []
+    opts = SimOptions(chunk_tokens=policy.chunk_tokens, mixed_chunk=policy.mixed_chunk, perf=params)
+    config = scheduler_config_for(plan, opts)
+    spec = plan.layout.speculative.enabled
+    if stride is None:
+        stride = 1 if spec else max(1, new_tokens // DECODE_EVENTS)
+    if not spec:
+        config = replace(config, verify_tokens=stride)
+    if policy.mixed_chunk:
+        # the engine's token budget per step is shared with the decodes it carries
+        per_rank = policy.chunk_tokens // plan.layout.dp_attention
+        running = -(-lanes // plan.layout.dp_attention)
+        budget = max(per_rank // 2, per_rank - running) * plan.layout.dp_attention
+        config = replace(config, chunk_tokens=budget)
+    log = StepLog() if record else None
+    executor: _StrideExecutor | SimExecutor
+    if spec or (stride == 1 and not record):
+        executor = SimExecutor(cost, accept_length)
+    else:
+        executor = _StrideExecutor(cost, params, log)
+    engine = Engine(Scheduler(config), executor)
+    first_wave = lanes
+    measured = lanes if lanes >= LARGE_WORKER else 2 * lanes
+    total = first_wave + measured
+    reqs: list[_Req] = []
+    pending: list[tuple[float, int]] = [(0.0, i) for i in range(lanes)]
+    heapq.heapify(pending)
+    sent = 0
+    now = 0.0
+    by_rid: dict[str, int] = {}
+    while True:
+        while pending and pending[0][0] <= now + 1e-15:
+            t, _ = heapq.heappop(pending)
+            n_new = new_tokens
+            if stagger and sent < lanes and new_tokens > 1:
+                n_new = max(1, -(-new_tokens * (sent + 1) // lanes))
+            r = Request(rid=f"r{sent}", prompt_len=isl, max_new_tokens=n_new, arrival_s=t)
+            try:
+                engine.add_request(r)
+            except TokenmillError as exc:
+                raise TokenmillError(f"cannot replay: {exc}") from None
+            reqs.append(_Req(sent, t, r))
+            by_rid[r.rid] = sent
+            sent += 1
+        if isinstance(executor, _StrideExecutor):
+            executor.now = now
+        out = engine.step(now)
+        if out is None:
+            if not pending:
+                break
+            now = pending[0][0]
+            continue
+        now = out.end_s
+        for req in out.finished:
+            if sent + len(pending) < total:
+                i = by_rid[req.rid]
+                wait = think_s
+                if stagger and i < lanes and new_tokens == 1:
+                    wait = think_s * (i + 1) / lanes
+                heapq.heappush(pending, (now + wait, sent + len(pending)))
+    unfinished = sum(1 for r in reqs if r.req.finish_s is None)
+    if unfinished:
+        notes.append(f"{unfinished} requests did not finish")
+    return reqs, first_wave, log, executor, notes
+
+
+def _groups(reqs: list[_Req], first_wave: int) -> list[tuple[list[_Req], float]]:
+    """Measured requests and their weight in the benchmark's means: the first wave (a burst from
+    an idle server) counts 1/WAVES, the steady-state waves after it (WAVES − 1)/WAVES."""
+    done = [r for r in reqs if r.req.finish_s is not None and r.req.first_token_s is not None]
+    first = [r for r in done if r.index < first_wave]
+    rest = [r for r in done if r.index >= first_wave]
+    if not rest:
+        return [(first, 1.0)]
+    if not first:
+        return [(rest, 1.0)]
+    return [(first, 1.0 / WAVES), (rest, (WAVES - 1.0) / WAVES)]
+
+
+def _weights(reqs: list[_Req], first_wave: int, log: StepLog, ttft: bool, tpot: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step weights of the benchmark's mean TTFT and mean TPOT (see ``_groups``)."""
+    n = len(log.ends)
+    ends = log.ends
+    a = np.zeros(n + 1)
+    b = np.zeros(n + 1)
+    frac = np.zeros(n)
+    for group, gw in _groups(reqs, first_wave):
+        m = len(group)
+        wt = gw / m
+        tp_reqs = [r for r in group if r.req.output_len > 1]
+        for r in group:
+            q = r.req
+            s_first = bisect.bisect_left(ends, q.first_token_s - 1e-12)  # type: ignore[operator]
+            if ttft:
+                s0 = bisect.bisect_right(ends, r.send_s + 1e-12)  # first step ending after the send
+                if s0 <= s_first:
+                    start = log.starts[s0]
+                    dur = ends[s0] - start
+                    part = (ends[s0] - max(r.send_s, start)) / dur if dur > 0 else 1.0
+                    frac[s0] += part * wt
+                    a[s0 + 1] += wt
+                    a[s_first + 1] -= wt
+            if tpot and q.output_len > 1:
+                s_fin = bisect.bisect_left(ends, q.finish_s - 1e-12)  # type: ignore[operator]
+                w = gw / ((q.output_len - 1) * len(tp_reqs))
+                b[s_first + 1] += w
+                b[s_fin + 1] -= w
+    return np.cumsum(a)[:n] + frac, np.cumsum(b)[:n]
+
+
+def _recorded(log: StepLog, step_ttft: np.ndarray, step_tpot: np.ndarray, sync: int) -> Recorded:
+    idx = np.asarray(log.step, dtype=np.int64)
+    mult = np.asarray(log.mult)
+    tw = step_ttft[idx] * mult
+    pw = step_tpot[idx] * mult
+    keep = (tw != 0) | (pw != 0)
+    feats = np.asarray(log.features, dtype=float).reshape(len(log.features), -1)[keep]
+    return Recorded(feats, tw[keep], pw[keep], np.full(int(keep.sum()), sync, dtype=np.int8))
+
+
+def _latency_recorded(rows: list[Features], ttft: list[float], tpot: list[float]) -> Recorded:
+    return Recorded(
+        np.asarray(rows, dtype=float), np.asarray(ttft), np.asarray(tpot), np.full(len(rows), 2, dtype=np.int8)
+    )
+
+
+def _latency_row(requests: float = 1.0, xfer_count: float = 0.0, xfer_bw_s: float = 0.0) -> Features:
+    return ZERO_FEATURES._replace(requests=requests, xfer_count=xfer_count, xfer_bw_s=xfer_bw_s)
+
+
+def _means(reqs: list[_Req], first_wave: int) -> tuple[float, float, float, int]:
+    """The benchmark's mean TTFT, TPOT and request latency (waves weighted as in ``_groups``)."""
+    groups = _groups(reqs, first_wave)
+    if not groups[0][0]:
+        raise TokenmillError("cannot replay: no request finished")
+    ttft = tpot = e2e = 0.0
+    count = 0
+    for group, gw in groups:
+        count += len(group)
+        firsts = [(r.send_s, r.req.first_token_s or 0.0, r.req.finish_s or 0.0, r.req.output_len) for r in group]
+        ttft += gw * sum(f - s for s, f, _, _ in firsts) / len(group)
+        e2e += gw * sum(e - s for s, _, e, _ in firsts) / len(group)
+        tpots = [(e - f) / (n - 1) for _, f, e, n in firsts if n > 1]
+        tpot += gw * (sum(tpots) / len(tpots) if tpots else 0.0)
+    return ttft, tpot, e2e, count
+
+
+def replay_aggregated(
+    plan: MemoryPlan,
+    backend: str,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    params: PerfParams,
+    accept_length: float = 1.0,
+    record: bool = False,
+    stride: int | None = None,
+) -> ReplayResult:
+    """Closed loop of ``concurrency`` lanes over the plan's workers (one worker replayed);
+    ``stride`` overrides the macro-step length (1: every decode step is run)."""
+    if not plan.fits:
+        raise TokenmillError(f"cannot replay a plan that does not fit: {plan.reason}")
+    cost = CostModel(plan.model, plan.gpu, plan.layout, params)
+    policy = engine_policy(backend, plan.gpu, plan.layout)
+    workers = plan.replicas
+    lanes = max(1, math.ceil(concurrency / workers))
+    notes = []
+    if lanes * workers != concurrency:
+        notes.append(f"{concurrency} lanes over {workers} workers: each replayed with {lanes}")
+    share = params.burst_share
+    regimes = [
+        (sync, stagger) for sync, stagger in ((1, False), (0, True)) if record or (share if sync else 1 - share) > 0
+    ]
+    ttft = tpot = e2e = 0.0
+    measured = 0
+    recorded = _latency_recorded([_latency_row()], [1.0], [0.0]) if record else None
+    batch, ctx = float(lanes), isl + osl / 2
+    for sync, stagger in regimes:
+        w = share if sync else 1.0 - share
+        reqs, first, log, ex, more = _closed_loop(
+            plan,
+            cost,
+            params,
+            policy,
+            isl,
+            osl,
+            lanes,
+            0.0,
+            accept_length,
+            record=record,
+            stride=stride,
+            stagger=stagger,
+        )
+        notes += [n for n in more if n not in notes]
+        t, p, e, m = _means(reqs, first)
+        ttft, tpot, e2e, measured = ttft + w * t, tpot + w * p, e2e + w * e, measured + m
+        if log is not None and recorded is not None:
+            wt, wp = _weights(reqs, first, log, True, True)
+            recorded = recorded.concat(_recorded(log, wt, wp, sync))
+        if not sync and isinstance(ex, _StrideExecutor) and ex.decode_steps:
+            batch, ctx = ex.decode_batch_sum / ex.decode_steps, ex.decode_ctx_sum / ex.decode_steps
+    lat = float(combine(_latency_row(), params)["request_latency"])
+    return ReplayResult(ttft + lat, tpot, e2e + lat, lanes, workers, measured, batch, ctx, notes, recorded)
+
+
+def transfer_bytes(plan: MemoryPlan, isl: int) -> int:
+    """KV (and linear-attention state) bytes one request hands from prefill to decode."""
+    sizes = cache_sizes(
+        plan.model, Layout(tp=1, kv_cache_dtype=plan.layout.kv_cache_dtype, state_dtype=plan.layout.state_dtype)
+    )
+    return int(sizes.kv_cell_bytes * isl + sizes.state_slot_bytes)
+
+
+def replay_disaggregated(
+    prefill_plan: MemoryPlan,
+    decode_plan: MemoryPlan,
+    prefill_workers: int,
+    decode_workers: int,
+    backend: str,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    params: PerfParams,
+    record: bool = False,
+) -> ReplayResult:
+    """Prefill workers replayed in closed loop; decode workers in steady state (module doc)."""
+    for plan in (prefill_plan, decode_plan):
+        if not plan.fits:
+            raise TokenmillError(f"cannot replay a plan that does not fit: {plan.reason}")
+    gpu = prefill_plan.gpu
+    pcost = CostModel(prefill_plan.model, gpu, prefill_plan.layout, params)
+    dcost = CostModel(decode_plan.model, gpu, decode_plan.layout, params)
+    policy = engine_policy(backend, gpu, prefill_plan.layout)
+    # KV hand-over
+    nbytes = transfer_bytes(prefill_plan, isl)
+    total_gpus = (
+        prefill_plan.layout.gpus_per_worker * prefill_workers + decode_plan.layout.gpus_per_worker * decode_workers
+    )
+    nvlink = total_gpus <= gpu.scale_up_domain_gpus and gpu.scale_up_domain_gpus > gpu.gpus_per_node
+    link = gpu.scale_up_bandwidth_bytes_per_s if nvlink else gpu.nic_bandwidth_bytes_per_s
+    xfer_row = _latency_row(0.0, 1.0, nbytes / (link * prefill_plan.layout.gpus_per_worker))
+    xfer = float(combine(xfer_row, params)["kv_transfer"])
+    lat = float(combine(_latency_row(), params)["request_latency"])
+    notes = [f"KV hand-over {nbytes / 1e6:,.1f} MB per request over {'NVLink' if nvlink else 'the NIC'}"]
+
+    per_worker = concurrency / max(1, decode_workers)
+    ctx = isl + osl / 2
+
+    def decode_step(batch: float) -> tuple[Features, float]:
+        b = max(1, round(batch))
+        shape = BatchShape(decode=(DecodeWork(int(ctx), 1),) * b)
+        f = dcost.features(shape)
+        return f, _seconds(f, params)
+
+    batch = per_worker
+    f_dec, tpot = decode_step(batch)
+    lanes = max(1, math.ceil(concurrency / max(1, prefill_workers)))
+    share = params.burst_share
+    regimes = [
+        (sync, stagger) for sync, stagger in ((1, False), (0, True)) if record or (share if sync else 1 - share) > 0
+    ]
+    ttft = 0.0
+    runs: list[tuple[int, list[_Req], int, StepLog | None]] = []
+    for _ in range(2):
+        think = (osl - 1) * tpot + xfer
+        t_pre = 0.0
+        runs = []
+        for sync, stagger in regimes:
+            reqs, first, log, _, more = _closed_loop(
+                prefill_plan, pcost, params, policy, isl, 1, lanes, think, record=record, stagger=stagger
+            )
+            t_pre += (share if sync else 1.0 - share) * _means(reqs, first)[0]
+            runs.append((sync, reqs, first, log))
+            notes += [n for n in more if n not in notes]
+        ttft = t_pre + xfer + lat
+        decode_time = (osl - 1) * tpot
+        batch = per_worker * decode_time / (decode_time + ttft) if decode_time > 0 else per_worker
+        f_dec, tpot = decode_step(batch)
+    recorded = None
+    if record:
+        recorded = _latency_recorded([f_dec, xfer_row, _latency_row()], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0])
+        for sync, reqs, first, log in runs:
+            if log is not None:
+                wt, _ = _weights(reqs, first, log, True, False)
+                recorded = recorded.concat(_recorded(log, wt, np.zeros_like(wt), sync))
+    e2e = ttft + (osl - 1) * tpot
+    measured = sum(len(r) - f for _, r, f, _ in runs)
+    return ReplayResult(ttft, tpot, e2e, lanes, max(1, prefill_workers), measured, batch, ctx, notes, recorded)
+
+
+def decode_breakdown(plan: MemoryPlan, params: PerfParams, batch: float, context: float) -> dict[str, Any]:
+    """Seconds by component of one decode step of ``batch`` requests at ``context`` tokens."""
+    cost = CostModel(plan.model, plan.gpu, plan.layout, params)
+    b = max(1, round(batch))
+    tokens = plan.layout.speculative.num_draft_tokens if plan.layout.speculative.enabled else 1
+    step = cost.step_time(BatchShape(decode=(DecodeWork(int(context), tokens),) * b))
+    return {"batch": b, "context": int(context), "seconds": step.seconds, "breakdown": step.breakdown}

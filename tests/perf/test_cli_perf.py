@@ -1,0 +1,374 @@
+"""`tokenmill predict` and `tokenmill calibrate evaluate|fit` through the real entry point."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from tokenmill.cli import main
+
+MODELS = str(resources.files("tokenmill.spec") / "presets")
+COLUMNS = [
+    "id",
+    "silicon_data_source",
+    "backend",
+    "model_path",
+    "system",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "moe_quant_mode",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "prefill_batch_size",
+    "prefill_num_workers",
+    "prefill_tp_size",
+    "prefill_pp_size",
+    "prefill_attention_dp_size",
+    "prefill_moe_tp_size",
+    "prefill_moe_ep_size",
+    "decode_batch_size",
+    "decode_num_workers",
+    "decode_tp_size",
+    "decode_pp_size",
+    "decode_attention_dp_size",
+    "decode_moe_tp_size",
+    "decode_moe_ep_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+]
+ROWS = [
+    # predictable: dense, MoE with attention DP, disaggregated
+    {
+        "id": "llama8",
+        "silicon_data_source": "silicon_concurrency=8",
+        "backend": "vllm",
+        "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+        "system": "h100_sxm",
+        "mode": "agg",
+        "isl": "1024",
+        "osl": "128",
+        "batch_size": "8",
+        "tp_size": "1",
+        "pp_size": "1",
+        "moe_tp_size": "1",
+        "moe_ep_size": "1",
+        "silicon_ttft_ms": "60",
+        "silicon_tpot_ms": "7",
+    },
+    {
+        "id": "oss",
+        "silicon_data_source": "silicon_concurrency=16",
+        "backend": "trtllm",
+        "model_path": "openai/gpt-oss-120b",
+        "system": "b200_sxm",
+        "precision": "fp4",
+        "mode": "agg",
+        "isl": "1024",
+        "osl": "256",
+        "gemm_quant_mode": "nvfp4",
+        "moe_quant_mode": "nvfp4",
+        "batch_size": "8",
+        "tp_size": "1",
+        "pp_size": "1",
+        "attention_dp_size": "2",
+        "moe_tp_size": "1",
+        "moe_ep_size": "2",
+        "silicon_ttft_ms": "80",
+        "silicon_tpot_ms": "4",
+    },
+    {
+        "id": "pd",
+        "silicon_data_source": "silicon_concurrency=8",
+        "backend": "sglang",
+        "model_path": "Qwen/Qwen3-32B",
+        "system": "h200_sxm",
+        "precision": "fp8",
+        "mode": "disagg",
+        "isl": "2048",
+        "osl": "128",
+        "gemm_quant_mode": "fp8",
+        "moe_quant_mode": "fp8",
+        "prefill_batch_size": "1",
+        "prefill_num_workers": "1",
+        "prefill_tp_size": "2",
+        "prefill_pp_size": "1",
+        "prefill_attention_dp_size": "1",
+        "prefill_moe_tp_size": "2",
+        "prefill_moe_ep_size": "1",
+        "decode_batch_size": "8",
+        "decode_num_workers": "1",
+        "decode_tp_size": "2",
+        "decode_pp_size": "1",
+        "decode_attention_dp_size": "1",
+        "decode_moe_tp_size": "2",
+        "decode_moe_ep_size": "1",
+        "silicon_ttft_ms": "300",
+        "silicon_tpot_ms": "12",
+    },
+    # skipped, each with its reason
+    {
+        "id": "nomodel",
+        "silicon_data_source": "silicon_concurrency=8",
+        "backend": "vllm",
+        "model_path": "acme/Mystery-9B",
+        "system": "h100_sxm",
+        "mode": "agg",
+        "isl": "1024",
+        "osl": "128",
+        "batch_size": "8",
+        "tp_size": "1",
+        "silicon_ttft_ms": "60",
+        "silicon_tpot_ms": "7",
+    },
+    {
+        "id": "heads",
+        "silicon_data_source": "silicon_concurrency=8",
+        "backend": "trtllm",
+        "model_path": "deepseek-ai/DeepSeek-R1",
+        "system": "gb200",
+        "precision": "fp8",
+        "mode": "agg",
+        "isl": "1024",
+        "osl": "128",
+        "gemm_quant_mode": "fp8",
+        "moe_quant_mode": "fp8",
+        "batch_size": "8",
+        "tp_size": "28",
+        "pp_size": "1",
+        "attention_dp_size": "1",
+        "moe_tp_size": "28",
+        "moe_ep_size": "1",
+        "silicon_ttft_ms": "60",
+        "silicon_tpot_ms": "7",
+    },
+    {
+        "id": "nogpu",
+        "silicon_data_source": "silicon_concurrency=8",
+        "backend": "vllm",
+        "model_path": "Qwen/Qwen3-32B",
+        "system": "tpu_v9",
+        "mode": "agg",
+        "isl": "1024",
+        "osl": "128",
+        "batch_size": "8",
+        "tp_size": "1",
+        "silicon_ttft_ms": "60",
+        "silicon_tpot_ms": "7",
+    },
+    {
+        "id": "toobig",
+        "silicon_data_source": "silicon_concurrency=8",
+        "backend": "sglang",
+        "model_path": "deepseek-ai/DeepSeek-R1",
+        "system": "h100_sxm",
+        "precision": "fp8",
+        "mode": "agg",
+        "isl": "1024",
+        "osl": "128",
+        "gemm_quant_mode": "fp8",
+        "moe_quant_mode": "fp8",
+        "batch_size": "8",
+        "tp_size": "1",
+        "pp_size": "1",
+        "moe_tp_size": "1",
+        "moe_ep_size": "1",
+        "silicon_ttft_ms": "60",
+        "silicon_tpot_ms": "7",
+    },
+]
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write(path: Path, rows: list[dict[str, str]], columns: list[str]) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in columns})
+    return path
+
+
+def test_predict_json_answers_quickly(capsys: pytest.CaptureFixture[str]) -> None:
+    t = time.perf_counter()
+    code, out, _ = cli(
+        capsys,
+        "predict",
+        "--model",
+        "kimi-k3",
+        "--gpu",
+        "b300",
+        "--gpus",
+        "8",
+        "--tp",
+        "8",
+        "--pool-ratio",
+        "1.1",
+        "--isl",
+        "8400",
+        "--osl",
+        "512",
+        "--concurrency",
+        "4",
+        "--json",
+    )
+    elapsed = time.perf_counter() - t
+    assert code == 0
+    d = json.loads(out)
+    for key in ("ttft_ms", "tpot_ms", "output_throughput_per_gpu", "total_throughput_per_gpu"):
+        assert d[key] > 0
+    assert set(d["decode_step"]["breakdown_ms"]) >= {
+        "dense_linear",
+        "routed_experts",
+        "decode_attention",
+        "collectives",
+    }
+    assert d["backend"] == "sglang" and d["layout"]["tp"] == 8
+    assert elapsed < 3.0
+
+
+def test_predict_table_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(
+        capsys,
+        "predict",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "2",
+        "--tp",
+        "1",
+        "--isl",
+        "1000",
+        "--osl",
+        "100",
+        "--concurrency",
+        "8",
+        "--backend",
+        "vllm",
+    )
+    assert code == 0 and "tpot_ms" in out and "one decode step" in out
+    code, _, err = cli(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--backend", "tgi")
+    assert code == 2 and "--backend" in err
+    code, _, err = cli(
+        capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--concurrency", "0"
+    )
+    assert code == 2 and "--concurrency" in err
+
+
+def test_evaluate_predicts_scores_and_skips_with_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
+    out = tmp_path / "pred.csv"
+    code, stdout, _ = cli(
+        capsys,
+        "calibrate",
+        "evaluate",
+        "--measurements",
+        str(meas),
+        "--models-dir",
+        MODELS,
+        "--out",
+        str(out),
+        "--json",
+    )
+    assert code == 0
+    result = json.loads(stdout)
+    assert result["overall"]["rows"] == 7 and result["overall"]["predicted"] == 3
+    assert result["overall"]["ttft_median_ape"] is not None
+    preds = {r["id"]: r for r in csv.DictReader(out.open())}
+    assert list(preds) == [r["id"] for r in ROWS]
+    for ok in ("llama8", "oss", "pd"):
+        assert float(preds[ok]["predicted_ttft_ms"]) > 0 and float(preds[ok]["predicted_tpot_ms"]) > 0
+        assert preds[ok]["skipped_reason"] == ""
+    assert "no config" in preds["nomodel"]["skipped_reason"]
+    assert "28" in preds["heads"]["skipped_reason"] and "heads" in preds["heads"]["skipped_reason"]
+    assert "unknown system" in preds["nogpu"]["skipped_reason"]
+    assert "does not fit" in preds["toobig"]["skipped_reason"]
+    for bad in ("nomodel", "heads", "nogpu", "toobig"):
+        assert preds[bad]["predicted_ttft_ms"] == "" == preds[bad]["predicted_tpot_ms"]
+
+
+def test_evaluate_without_silicon_columns_only_predicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cols = [c for c in COLUMNS if not c.startswith("silicon_t")]
+    meas = write(tmp_path / "m.csv", ROWS[:2], cols)
+    out = tmp_path / "pred.csv"
+    code, stdout, _ = cli(
+        capsys, "calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS, "--out", str(out)
+    )
+    assert code == 0 and "wrote" in stdout and "median" not in stdout
+    preds = list(csv.DictReader(out.open()))
+    assert len(preds) == 2 and all(p["predicted_tpot_ms"] for p in preds)
+
+
+def test_evaluate_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(
+        capsys,
+        "calibrate",
+        "evaluate",
+        "--measurements",
+        str(tmp_path / "none.csv"),
+        "--models-dir",
+        MODELS,
+        "--out",
+        str(tmp_path / "p.csv"),
+    )
+    assert code == 2 and "--measurements" in err
+    meas = write(tmp_path / "m.csv", ROWS[:1], COLUMNS)
+    code, _, err = cli(
+        capsys,
+        "calibrate",
+        "evaluate",
+        "--measurements",
+        str(meas),
+        "--models-dir",
+        str(tmp_path / "nodir"),
+        "--out",
+        str(tmp_path / "p.csv"),
+    )
+    assert code == 2 and "--models-dir" in err
+
+
+def test_fit_writes_constants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    meas = write(tmp_path / "m.csv", ROWS[:1], COLUMNS)
+    out = tmp_path / "params.json"
+    code, stdout, _ = cli(
+        capsys,
+        "calibrate",
+        "fit",
+        "--measurements",
+        str(meas),
+        "--models-dir",
+        MODELS,
+        "--out",
+        str(out),
+        "--rounds",
+        "1",
+        "--sweeps",
+        "1",
+        "--json",
+    )
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert "h100" in data["gpus"] and "vllm" in data["backends"] and "calibrate fit" in data["meta"]["command"]
+    assert json.loads(stdout)["out"] == str(out)

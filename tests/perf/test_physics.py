@@ -1,0 +1,156 @@
+"""The cost model's demands against hand-computed values (no fitted constants involved)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tokenmill.hardware import load_gpu
+from tokenmill.perf import BatchShape, CostModel, DecodeWork, PerfParams, PrefillWork
+from tokenmill.perf.roofline import STEP_KEYS, Features, _peak, combine
+from tokenmill.plan import KVDtype, Layout, Speculation
+from tokenmill.plan.cache_sizes import cache_sizes
+from tokenmill.spec import load_model
+from tokenmill.spec.formats import WeightFormat
+
+K3 = load_model("kimi-k3")
+B300 = load_gpu("b300")
+H100 = load_gpu("h100")
+LLAMA8 = load_model("llama-3.1-8b")
+
+
+def test_compute_dtype_follows_the_weight_format_and_the_gpu() -> None:
+    b200 = load_gpu("b200")
+    assert _peak(b200, WeightFormat.NVFP4) == b200.flops("fp4")
+    assert _peak(b200, WeightFormat.MXFP4) == b200.flops("fp8")  # 4-bit weights, 8-bit activations
+    assert _peak(H100, WeightFormat.MXFP4) == H100.flops("bf16")  # Hopper: W4A16
+    assert _peak(H100, WeightFormat.NVFP4) == H100.flops("fp8")  # no fp4 tensor cores
+    assert _peak(H100, WeightFormat.FP8) == H100.flops("fp8")
+    assert _peak(H100, WeightFormat.BF16) == H100.flops("bf16")
+
+
+def test_mla_decode_reads_the_latent_cache_once_per_request_striped_by_dcp() -> None:
+    ctx = 100_000
+    shape = BatchShape(decode=(DecodeWork(ctx),))
+    f = CostModel(K3, B300, Layout(tp=8)).features(shape)
+    # 24 MLA layers × 576 values × 2 B × context, replicated on every TP rank, plus the KDA state
+    mla = 24 * 576 * 2 * ctx
+    state = 2 * cache_sizes(K3, Layout(tp=8)).state_slot_bytes
+    assert f.dec_attn_mem_s == pytest.approx((mla + state) / B300.hbm_bandwidth_bytes_per_s)
+    f8 = CostModel(K3, B300, Layout(tp=8, dcp=8)).features(shape)
+    assert f8.dec_attn_mem_s == pytest.approx((mla / 8 + state) / B300.hbm_bandwidth_bytes_per_s)
+    assert f8.dcp_count == 2 * 24 and f.dcp_count == 0
+    fp8 = CostModel(K3, B300, Layout(tp=8, kv_cache_dtype=KVDtype.FP8)).features(shape)
+    assert fp8.dec_attn_mem_s == pytest.approx((mla / 2 + state) / B300.hbm_bandwidth_bytes_per_s)
+
+
+def test_gqa_decode_bytes_and_flops() -> None:
+    cm = CostModel(LLAMA8, H100, Layout(tp=1))
+    f = cm.features(BatchShape(decode=(DecodeWork(2000), DecodeWork(4000))))
+    # 32 layers × 2 (K, V) × 8 KV heads × 128 × 2 B × (2000 + 4000) tokens
+    assert f.dec_attn_mem_s == pytest.approx(32 * 2 * 8 * 128 * 2 * 6000 / H100.hbm_bandwidth_bytes_per_s)
+    # 4 FLOPs per head-dim per context token per query head: 32 layers × 4 × 32 heads × 128 × 6000
+    assert f.dec_attn_flop_s == pytest.approx(32 * 4 * 32 * 128 * 6000 / H100.flops("bf16"))
+
+
+def test_prefill_pairs_are_causal() -> None:
+    cm = CostModel(LLAMA8, H100, Layout(tp=1))
+    n = 1000
+    f = cm.features(BatchShape(prefill=(PrefillWork(n),)))
+    pairs = n * (n + 1) / 2
+    assert f.pre_attn_flop_s == pytest.approx(32 * 4 * pairs * 32 * 128 / H100.flops("bf16"))
+    # a midfill of 1,000 new tokens on 3,000 cached ones sees 1,000 × 3,000 more pairs and reads the cache
+    g = cm.features(BatchShape(prefill=(PrefillWork(n, 3000),)))
+    assert g.pre_attn_flop_s == pytest.approx(32 * 4 * (pairs + n * 3000) * 32 * 128 / H100.flops("bf16"))
+    assert g.pre_attn_mem_s == pytest.approx(32 * 3000 * 2 * 8 * 128 * 2 / H100.hbm_bandwidth_bytes_per_s)
+
+
+def test_dense_linear_flops_are_two_per_parameter_per_token() -> None:
+    cm = CostModel(LLAMA8, H100, Layout(tp=1))
+    f = cm.features(BatchShape(decode=(DecodeWork(10),) * 3))
+    linear = sum(t.params for t in LLAMA8.tensors if t.linear and t.kind.value not in ("lm_head", "embedding"))
+    assert f.dense_flop_s == pytest.approx(2 * linear * 3 / H100.flops("bf16"), rel=1e-9)
+    head = sum(t.params for t in LLAMA8.tensors if t.kind.value == "lm_head")
+    assert f.head_flop_s == pytest.approx(2 * head * 3 / H100.flops("bf16"))
+
+
+def test_distinct_experts_and_busiest_expert_rank() -> None:
+    cm = CostModel(K3, B300, Layout(tp=8, ep=8))
+    assert cm.experts_touched_fraction(1) == pytest.approx(16 / 896)
+    assert cm.experts_touched_fraction(64) == pytest.approx(1 - (1 - 16 / 896) ** 64)
+    # μ = T·k/ep = 64·16/8 = 128 assignments per rank; busiest ≈ μ + √(2 μ ln 8)
+    assert cm.expert_imbalance(64) == pytest.approx(1 + math.sqrt(2 * math.log(8) / 128))
+    assert CostModel(K3, B300, Layout(tp=8)).expert_imbalance(64) == 1.0
+
+
+def test_tensor_parallel_all_reduces() -> None:
+    cm = CostModel(LLAMA8, H100, Layout(tp=2))
+    f = cm.features(BatchShape(decode=(DecodeWork(100),) * 10))
+    # two all-reduces per layer, ring volume 2(n−1)/n × tokens × hidden × 2 B
+    assert f.tp_count == 2 * 32
+    per = 2 * (2 - 1) / 2 * 10 * 4096 * 2 / H100.scale_up_bandwidth_bytes_per_s
+    assert f.tp_bw_s == pytest.approx(64 * per)
+    assert f.tp_net_count == 0
+
+
+def test_attention_dp_with_experts_dispatches_all_to_all() -> None:
+    ds = load_model("deepseek-v3")
+    b200 = load_gpu("b200")
+    cm = CostModel(ds, b200, Layout(tp=8, ep=8, dp_attention=8, moe_a2a_backend="deepep"))
+    f = cm.features(BatchShape(decode=(DecodeWork(1000),) * 16))
+    moe_layers = len(ds.moe_layers)
+    assert f.a2a_count == 2 * moe_layers
+    # busiest rank holds 2 of the 16 requests: 2 tokens × 8 experts × 7168 × (1 + 2) B × 7/8 per layer
+    per = 2 * 8 * 7168 * 3 * 7 / 8 / b200.scale_up_bandwidth_bytes_per_s
+    assert f.a2a_bw_s == pytest.approx(moe_layers * per)
+    plain = CostModel(ds, b200, Layout(tp=8, ep=8)).features(BatchShape(decode=(DecodeWork(1000),) * 16))
+    assert plain.a2a_count == 0 and plain.tp_count > 0
+
+
+def test_attention_dp_costs_the_busiest_rank() -> None:
+    ds = load_model("deepseek-v3")
+    b200 = load_gpu("b200")
+    cm = CostModel(ds, b200, Layout(tp=2, dp_attention=2))
+    one = cm.features(BatchShape(decode=(DecodeWork(1000),) * 2))
+    three = cm.features(BatchShape(decode=(DecodeWork(1000),) * 3))
+    # 3 requests over 2 ranks: the busiest has 2, so attention work as for 2 requests on one rank
+    assert three.dec_attn_mem_s == pytest.approx(2 * one.dec_attn_mem_s)
+
+
+def test_linear_attention_state_io_per_request() -> None:
+    cm = CostModel(K3, B300, Layout(tp=8))
+    a = cm.features(BatchShape(decode=(DecodeWork(10),)))
+    b = cm.features(BatchShape(decode=(DecodeWork(10),) * 2))
+    slot = cache_sizes(K3, Layout(tp=8)).state_slot_bytes
+    mla = 24 * 576 * 2 * 10
+    assert a.dec_attn_mem_s == pytest.approx((2 * slot + mla) / B300.hbm_bandwidth_bytes_per_s)
+    assert b.dec_attn_mem_s == pytest.approx(2 * a.dec_attn_mem_s)
+
+
+def test_combine_is_a_roofline_and_the_cpu_overlaps() -> None:
+    p = PerfParams(matmul_efficiency=0.5, weight_bandwidth_efficiency=0.8, step_overhead_s=1e-3)
+    zero = dict.fromkeys(Features._fields, 0.0)
+    f = Features(**{**zero, "dense_flop_s": 1e-3, "dense_mem_s": 1e-3, "steps": 1.0})
+    parts = combine(f, p)
+    assert parts["dense_linear"] == pytest.approx(max(1e-3 / 0.5, 1e-3 / 0.8))
+    # 2 ms of GPU work hides the 1 ms CPU step
+    assert parts["overhead"] == pytest.approx(0.0)
+    slow_cpu = combine(f, p.updated(step_overhead_s=5e-3))
+    assert sum(slow_cpu[k] for k in STEP_KEYS) == pytest.approx(5e-3)
+
+
+def test_speculative_verify_reads_more_experts_and_pays_the_drafter() -> None:
+    plain = CostModel(K3, B300, Layout(tp=8)).step_time(BatchShape(decode=(DecodeWork(9000),)))
+    lay = Layout(tp=8, dcp=8)
+    spec = lay.with_(speculative=Speculation("dspark", 7))
+    verify = CostModel(K3, B300, spec).step_time(BatchShape(decode=(DecodeWork(9000, 8),)))
+    assert verify.breakdown["routed_experts"] > plain.breakdown["routed_experts"]
+    assert verify.breakdown["drafter"] > 0 == plain.breakdown["drafter"]
+
+
+def test_pipeline_hops() -> None:
+    cm = CostModel(LLAMA8, H100, Layout(tp=1, pp=4))
+    f = cm.features(BatchShape(decode=(DecodeWork(100),) * 4))
+    assert f.pp_count == 3
+    assert f.pp_bw_s == pytest.approx(3 * 4 * 4096 * 2 / H100.scale_up_bandwidth_bytes_per_s)

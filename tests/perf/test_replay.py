@@ -1,0 +1,80 @@
+"""The closed-loop replay: same schedule as the simulator, short replay close to the full one,
+recorded weights that reproduce its means."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tokenmill.hardware import load_gpu
+from tokenmill.perf import CostModel, PerfParams
+from tokenmill.perf.replay import (
+    _closed_loop,
+    engine_policy,
+    replay_aggregated,
+    replay_disaggregated,
+    transfer_bytes,
+)
+from tokenmill.perf.roofline import Features, combine, total_seconds
+from tokenmill.plan import Layout, plan_memory
+from tokenmill.sim import SimOptions, simulate
+from tokenmill.spec import load_model
+from tokenmill.workload.generators import random_requests
+
+LLAMA8 = load_model("llama-3.1-8b")
+H100 = load_gpu("h100")
+PLAN = plan_memory(LLAMA8, H100, 1, Layout(tp=1))
+PARAMS = PerfParams()
+
+
+def test_stride_one_replay_is_the_simulator_step_for_step() -> None:
+    lanes, isl, osl = 6, 3000, 40
+    policy = engine_policy("sglang", H100, PLAN.layout)
+    cost = CostModel(LLAMA8, H100, PLAN.layout, PARAMS)
+    reqs, first_wave, _, _, _ = _closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stride=1, stagger=False)
+    wl = random_requests(isl, osl, len(reqs), concurrency=lanes, seed=0)
+    sim = simulate(PLAN, wl, SimOptions(chunk_tokens=policy.chunk_tokens, perf=PARAMS))
+    ours = sorted((r.send_s, r.req.first_token_s, r.req.finish_s) for r in reqs)
+    theirs = sorted((r.send_s, r.first_token_s, r.finish_s) for r in sim.records)
+    assert first_wave == lanes and len(ours) == len(theirs) == 3 * lanes
+    assert np.allclose(np.array(ours, dtype=float), np.array(theirs, dtype=float), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["sglang", "vllm", "trtllm"])
+def test_macro_steps_stay_close_to_single_steps(backend: str) -> None:
+    full = replay_aggregated(PLAN, backend, 2000, 960, 16, PARAMS, stride=1)
+    short = replay_aggregated(PLAN, backend, 2000, 960, 16, PARAMS)
+    assert short.tpot_s == pytest.approx(full.tpot_s, rel=0.03)
+    assert short.ttft_s == pytest.approx(full.ttft_s, rel=0.05)
+
+
+@pytest.mark.parametrize("backend", ["sglang", "vllm"])
+def test_recorded_weights_reproduce_the_means(backend: str) -> None:
+    res = replay_aggregated(PLAN, backend, 1500, 300, 8, PARAMS, record=True)
+    rec = res.recorded
+    assert rec is not None
+    t = total_seconds(combine(Features(*rec.features.T), PARAMS, np.maximum)) * rec.mix(PARAMS.burst_share)
+    assert float(rec.ttft_w @ t) == pytest.approx(res.ttft_s, rel=1e-9)
+    assert float(rec.tpot_w @ t) == pytest.approx(res.tpot_s, rel=1e-9)
+    # and they still predict the replay when the constants change (the step sequence is fixed)
+    other = PARAMS.updated(matmul_efficiency=0.3, step_overhead_s=4e-3, request_latency_s=0.05, burst_share=0.2)
+    again = replay_aggregated(PLAN, backend, 1500, 300, 8, other)
+    t2 = total_seconds(combine(Features(*rec.features.T), other, np.maximum)) * rec.mix(other.burst_share)
+    assert float(rec.ttft_w @ t2) == pytest.approx(again.ttft_s, rel=1e-6)
+    assert float(rec.tpot_w @ t2) == pytest.approx(again.tpot_s, rel=1e-6)
+
+
+def test_more_concurrency_means_longer_waits_and_more_throughput() -> None:
+    lo = replay_aggregated(PLAN, "vllm", 1024, 256, 2, PARAMS)
+    hi = replay_aggregated(PLAN, "vllm", 1024, 256, 64, PARAMS)
+    assert hi.ttft_s > lo.ttft_s and hi.tpot_s > lo.tpot_s
+    assert hi.requests_per_s > 4 * lo.requests_per_s
+
+
+def test_disaggregated_transfer_and_decode() -> None:
+    assert transfer_bytes(PLAN, 1000) == 1000 * 32 * 2 * 8 * 128 * 2
+    res = replay_disaggregated(PLAN, PLAN, 1, 1, "sglang", 2048, 256, 8, PARAMS, record=True)
+    agg = replay_aggregated(PLAN, "sglang", 2048, 256, 8, PARAMS)
+    assert res.tpot_s < agg.tpot_s  # the decode worker never stops for a prompt
+    assert res.ttft_s > 0 and res.recorded is not None
+    assert any("KV hand-over" in n for n in res.notes)
