@@ -154,3 +154,16 @@ def test_pipeline_hops() -> None:
     f = cm.features(BatchShape(decode=(DecodeWork(100),) * 4))
     assert f.pp_count == 3
     assert f.pp_bw_s == pytest.approx(3 * 4 * 4096 * 2 / H100.scale_up_bandwidth_bytes_per_s)
+
+
+def test_gemm_flops_are_split_by_compute_width() -> None:
+    oss = load_model("gpt-oss-120b")  # MXFP4 experts, bf16 attention
+    b200 = load_gpu("b200")
+    f = CostModel(oss, b200, Layout(tp=2)).features(BatchShape(decode=(DecodeWork(100),) * 4))
+    assert f.moe_flop8_s > 0 and f.moe_flop_s == 0 == f.moe_flop4_s  # W4A8 on Blackwell
+    assert f.dense_flop_s > 0 and f.dense_flop8_s == 0
+    hopper = CostModel(oss, H100, Layout(tp=2)).features(BatchShape(decode=(DecodeWork(100),) * 4))
+    assert hopper.moe_flop_s > 0 and hopper.moe_flop8_s == 0  # W4A16 on Hopper
+    p = PerfParams()
+    slow4 = combine(f._replace(moe_flop4_s=f.moe_flop8_s, moe_flop8_s=0.0), p)
+    assert slow4["routed_experts"] >= combine(f, p)["routed_experts"]  # fp4 ratio 0.7 < fp8 ratio 0.85

@@ -1,7 +1,12 @@
-"""How long things take: the time of one engine step, by phase and by resource.
+"""How long things take: the time of one engine step, by phase and by resource, and the closed-loop
+TTFT/TPOT of a deployment, with constants calibrated on measured serving results.
 
-``CostModel`` is a roofline over the model's tensor inventory and the layout's cut, with named
-efficiency constants (``PerfParams``) that a later calibration fits to measurements.
+- ``CostModel`` (``roofline.py``): resource demands of a step and their time under ``PerfParams``.
+- ``replay.py``: a fixed-length closed-loop benchmark point replayed through the serving core.
+- ``calibrated``: the fitted constants shipped as data (``params_for(gpu, engine)``).
+- ``measurements.py`` / ``calibrate.py``: measured rows, predictions, scores and the fit.
+
+See docs/perf.md.
 """
 
 from tokenmill.perf.batch import BatchShape, DecodeWork, PrefillWork
