@@ -288,7 +288,10 @@ def test_models_json_lists_all_presets(capsys: pytest.CaptureFixture[str]) -> No
     assert k3["layer_kinds"]["mla"] == 24
 
 
-def test_gpus_json_lists_seven(capsys: pytest.CaptureFixture[str]) -> None:
+def test_gpus_json_lists_seven(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TOKENMILL_CACHE", str(tmp_path))  # no entry measured by `calibrate local`
     rows = run_json(capsys, "gpus", "--json")
     assert len(rows) == 7
     assert sorted(r["name"] for r in rows) == ["b200", "b300", "gb200", "gb300", "h100", "h200", "mi355x"]

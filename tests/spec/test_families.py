@@ -104,6 +104,9 @@ LAYER_COUNTS = [
     # Kimi-Linear-48B-A3B: layer_types holds 6 full_attention and 27 − 6 = 21 linear_attention;
     # mlp_layer_types is 1 dense + 26 sparse.
     ("kimi-linear-48b-a3b", 27, {"kda": 21, "mla": 6, "ffn_dense": 1, "ffn_moe": 26}),
+    # kimi-linear-tiny (tokenmill's embedded default): layer_types KDA, KDA, KDA, MLA;
+    # mlp_layer_types dense, sparse, sparse, sparse.
+    ("kimi-linear-tiny", 4, {"kda": 3, "mla": 1, "ffn_dense": 1, "ffn_moe": 3}),
     # Nemotron-3-Nano: hybrid_override_pattern
     #   MEMEM* | EMEMEM* ×4 | EMEMEMEM* | EMEMEMEME
     #   M: 3 + 4·3 + 4 + 4 = 23;  E: 2 + 4·3 + 4 + 5 = 23;  *: 1 + 4 + 1 = 6;  6 + 28 + 9 + 9 = 52.

@@ -33,6 +33,9 @@ def _register() -> None:
     from tokenmill.cli import perf_cmd
 
     app.command("predict")(perf_cmd.predict)
+    from tokenmill.cli import local_cmd
+
+    perf_cmd.calibrate_app.command("local")(local_cmd.local)
     app.add_typer(perf_cmd.calibrate_app, name="calibrate")
     app.command("bench")(bench_cmd.bench)
 

@@ -58,7 +58,7 @@ def gpus(json_out: JsonOpt = False) -> None:
 
     from tokenmill.hardware import GPU_TABLE_COLUMNS, gpu_table_rows, list_gpus
 
-    catalog = list_gpus()
+    catalog = list_gpus(include_local=True)
     if json_out:
         print(json.dumps([g.model_dump() for g in catalog], indent=2))
         return

@@ -60,6 +60,20 @@ def _apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
     return base.with_(**changes), gpus
 
 
+def _size(n_bytes: int) -> str:
+    """``1,453.6 GiB (1.56 TB)``, or MiB for a small checkpoint (the embedded model)."""
+    from tokenmill.units import GiB
+
+    if n_bytes >= GiB // 10:
+        return f"{n_bytes / GiB:,.1f} GiB ({n_bytes / 1e12:.2f} TB)"
+    return f"{n_bytes / 1024**2:,.1f} MiB ({n_bytes / 1e6:.1f} MB)"
+
+
+def _count(n: int) -> str:
+    """Parameters in billions (``2,780.3 B``), or millions below 0.1 B."""
+    return f"{n / 1e9:,.1f} B" if n >= 10**8 else f"{n / 1e6:,.1f} M"
+
+
 def _print_plan(plan: Any, explain: bool) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -73,8 +87,8 @@ def _print_plan(plan: Any, explain: bool) -> None:
         + (f" × {plan.replicas} replicas" if plan.replicas > 1 else "")
     )
     con.print(
-        f"checkpoint {m.checkpoint_bytes / GiB:,.1f} GiB ({m.checkpoint_bytes / 1e12:.2f} TB), "
-        f"{m.total_params / 1e9:,.1f} B parameters, {m.active_params / 1e9:,.1f} B active per token"
+        f"checkpoint {_size(m.checkpoint_bytes)}, "
+        f"{_count(m.total_params)} parameters, {_count(m.active_params)} active per token"
     )
     t = Table(title="weights per GPU (largest pipeline stage)", show_edge=False)
     t.add_column("tensor kind")

@@ -20,6 +20,14 @@ NumOpt = Annotated[int | None, typer.Option("--num-requests", help="Requests (se
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random choice.")]
 TtftOpt = Annotated[float, typer.Option("--slo-ttft-ms", help="SLO: time to first token.")]
 TpotOpt = Annotated[float, typer.Option("--slo-tpot-ms", help="SLO: mean time per output token.")]
+BackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="Engine whose calibrated constants to use: sglang|vllm|trtllm (default: priors; "
+        "a `calibrate local` entry uses its own fit).",
+    ),
+]
 AcceptOpt = Annotated[
     float | None, typer.Option("--accept-length", help="Tokens accepted per verify pass (default: 2.7 DSPARK).")
 ]
@@ -59,6 +67,25 @@ def _workload(
         **extra,
     )
     return make_workload(name, opts)
+
+
+_BACKENDS = ("sglang", "vllm", "trtllm", "tokenmill")
+
+
+def _perf(gpu: str, backend: str | None) -> tuple[Any, list[str]]:
+    """The cost-model constants for ``--gpu``/``--backend`` and notes on where they came from (none
+    for the priors, the historical default)."""
+    from tokenmill.perf.calibrated import resolve_params
+
+    if backend is not None and backend not in _BACKENDS:
+        raise TokenmillError(f"--backend must be one of {'|'.join(_BACKENDS)} (got {backend!r})")
+    params, notes = resolve_params(gpu, backend)
+    return params, [n for n in notes if not n.startswith("no --backend")]
+
+
+def _print_notes(notes: list[str]) -> None:
+    for note in notes:
+        print(f"cost model: {note}", file=sys.stderr)
 
 
 def _slo(ttft_ms: float, tpot_ms: float) -> Any:
@@ -106,6 +133,7 @@ def simulate(
     chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", help="Chunked-prefill size.")] = 16384,
     mixed_chunk: Annotated[bool, typer.Option("--mixed-chunk", help="Run decodes inside prefill steps.")] = False,
     max_time: Annotated[float | None, typer.Option("--max-time", help="Stop the clock (simulated s).")] = None,
+    backend: BackendOpt = None,
     slo_ttft_ms: TtftOpt = 2000.0,
     slo_tpot_ms: TpotOpt = 25.0,
     requests_out: Annotated[
@@ -124,11 +152,13 @@ def simulate(
     if chunk_tokens <= 0:
         raise TokenmillError(f"--chunk-tokens must be positive (got {chunk_tokens})")
     slo = _slo(slo_ttft_ms, slo_tpot_ms)
+    perf, notes = _perf(gpu, backend)
     options = SimOptions(
         chunk_tokens=chunk_tokens,
         accept_length=_accept_length(plan, accept_length),
         mixed_chunk=mixed_chunk,
         max_time_s=max_time,
+        perf=perf,
     )
     probes = probe_tokens or [8400]
     runs: list[tuple[str, Any, Any]] = []
@@ -158,6 +188,7 @@ def simulate(
         out: Any = runs[0][2] if len(runs) == 1 else {label: s for label, _, s in runs}
         print(json.dumps(out, indent=2, sort_keys=False))
         return
+    _print_notes(notes)
     for label, _, summary in runs:
         _print_summary(summary, f"{plan.model.name} {plan.layout.describe()} ×{plan.replicas}: {label}")
 
@@ -196,6 +227,7 @@ def sweep(
         list[str] | None, typer.Option("--compare", help="Another layout: 'dcp=8,pool-ratio=8.82'.")
     ] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="Names of the layouts, in order.")] = None,
+    backend: BackendOpt = None,
     slo_ttft_ms: TtftOpt = 2000.0,
     slo_tpot_ms: TpotOpt = 25.0,
     figure: Annotated[Path | None, typer.Option("--figure", help="Attainment against rate (.png/.svg).")] = None,
@@ -217,6 +249,7 @@ def sweep(
 
     base = build_plan(model, gpu, gpus, layout_flags or {})
     slo = _slo(slo_ttft_ms, slo_tpot_ms)
+    perf, notes = _perf(gpu, backend)
     rate_list = _parse_list(rates, "--rates", float)
     conc_list = _parse_list(concurrencies, "--concurrencies", int)
     if not rate_list and not conc_list and not find_sustained:
@@ -235,7 +268,7 @@ def sweep(
         for name, plan in zip(names, plans, strict=True):
             if not plan.fits:
                 raise TokenmillError(f"layout {name!r} does not fit: {plan.reason}")
-            opts = SimOptions(accept_length=_accept_length(plan, accept_length), max_time_s=duration + 300.0)
+            opts = SimOptions(accept_length=_accept_length(plan, accept_length), max_time_s=duration + 300.0, perf=perf)
             entry: dict[str, Any] = {"rates": [], "concurrency": []}
             task = progress.add_task(name, total=len(rate_list) + len(conc_list) + (12 if find_sustained else 0))
 
@@ -264,7 +297,9 @@ def sweep(
             for c in conc_list:
                 wl = _workload(workload, plan, None, c, None, max(num_requests, c), seed, {})
                 s = simulation_summary(
-                    run(plan, wl, opts.__class__(accept_length=opts.accept_length)), slo, expected=len(wl.requests)
+                    run(plan, wl, opts.__class__(accept_length=opts.accept_length, perf=perf)),
+                    slo,
+                    expected=len(wl.requests),
                 )
                 entry["concurrency"].append(
                     {
@@ -299,6 +334,7 @@ def sweep(
     from rich.table import Table
 
     con = Console()
+    _print_notes(notes)
     for name, entry in results["layouts"].items():
         if entry["rates"]:
             t = Table(title=f"{name}: SLO attainment (TTFT ≤ {slo_ttft_ms:g} ms, TPOT ≤ {slo_tpot_ms:g} ms)")

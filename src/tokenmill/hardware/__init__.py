@@ -12,6 +12,7 @@ from tokenmill.hardware.catalog import (
     known_gpu_names,
     list_gpus,
     load_gpu,
+    local_hardware_names,
     parse_gpu_toml,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
     "known_gpu_names",
     "list_gpus",
     "load_gpu",
+    "local_hardware_names",
     "parse_gpu_toml",
 ]

@@ -30,6 +30,7 @@ from typing import Any, Final, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tokenmill.errors import TokenmillError
+from tokenmill.paths import user_hardware_dir
 from tokenmill.units import GB, TB, GiB, MiB
 
 __all__ = [
@@ -105,7 +106,7 @@ class GPU(BaseModel):
     scale_up_bandwidth_bytes_per_s: float = Field(gt=0)
     gpus_per_node: int = Field(gt=0)
     nic_bandwidth_bytes_per_s: float = Field(gt=0)
-    power_watts: float = Field(gt=0)
+    power_watts: float | None = Field(default=None, gt=0)  # None: not known (a measured CPU entry)
 
     @field_validator("dense_flops")
     @classmethod
@@ -193,6 +194,9 @@ _SCHEMA: Final[_Schema] = {
     },
 }
 
+#: Tables a file may leave out: a machine measured by ``tokenmill calibrate local`` has no datasheet TDP.
+_OPTIONAL_TABLES: Final = frozenset({"power"})
+
 
 def _describe(value: object) -> str:
     """A short one-line rendering of a bad value for an error message."""
@@ -243,6 +247,8 @@ def _validate(table: Mapping[str, Any], schema: _Schema, prefix: str, source: st
         dotted = f"{prefix}{key}"
         if key not in table:
             if isinstance(spec, dict):
+                if not prefix and key in _OPTIONAL_TABLES:
+                    continue
                 raise TokenmillError(f"{source}: missing table '[{dotted}]'")
             if spec.required:
                 raise TokenmillError(f"{source}: missing key '{dotted}' (expected {spec.expected()})")
@@ -288,7 +294,7 @@ def parse_gpu_toml(text: str, source: str) -> GPU:
             scale_up_bandwidth_bytes_per_s=float(data["scale_up"]["bandwidth_gb_s"] * GB),
             gpus_per_node=data["node"]["gpus_per_node"],
             nic_bandwidth_bytes_per_s=float(data["node"]["nic_gb_s"] * GB),
-            power_watts=float(data["power"]["tdp_w"]),
+            power_watts=float(data["power"]["tdp_w"]) if "power" in data else None,
         )
     except ValidationError as exc:  # pragma: no cover - the schema check above should catch all
         first = exc.errors()[0]
@@ -349,14 +355,32 @@ def load_gpu(name: str) -> GPU:
     known = known_gpu_names()
     key = re.sub(r"[\s-]+", "_", name.strip().lower())
     key = _GPU_ALIASES.get(key, key)
-    if key not in known:
-        raise TokenmillError(f"unknown GPU {name!r}; known: {', '.join(known)} (or a path to a .toml file)")
-    return _load_bundled(key)
+    if key in known:
+        return _load_bundled(key)
+    for stem in dict.fromkeys((name.strip().lower(), key)):  # as written (my-box), then normalised
+        local = user_hardware_dir() / f"{stem}.toml"
+        if _NAME_RE.fullmatch(stem) and local.is_file():
+            return parse_gpu_toml(local.read_text(encoding="utf-8"), str(local))
+    measured = local_hardware_names()
+    hint = f"; measured here: {', '.join(measured)}" if measured else ""
+    how = " (`tokenmill calibrate local` measures this machine as `cpu`)" if key == "cpu" else ""
+    raise TokenmillError(f"unknown GPU {name!r}{how}; known: {', '.join(known)}{hint} (or a path to a .toml file)")
 
 
-def list_gpus() -> list[GPU]:
-    """Every bundled GPU, sorted by name."""
-    return [_load_bundled(key) for key in known_gpu_names()]
+def local_hardware_names() -> list[str]:
+    """Entries measured on this machine (``tokenmill calibrate local``), sorted."""
+    folder = user_hardware_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.toml") if _NAME_RE.fullmatch(p.stem))
+
+
+def list_gpus(include_local: bool = False) -> list[GPU]:
+    """Every bundled GPU, sorted by name (then, with ``include_local``, the entries measured here)."""
+    gpus = [_load_bundled(key) for key in known_gpu_names()]
+    if include_local:
+        gpus += [load_gpu(key) for key in local_hardware_names() if key not in known_gpu_names()]
+    return gpus
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,7 +435,7 @@ def gpu_table_rows(gpus: Iterable[GPU]) -> list[dict[str, str]]:
             _num(gpu.scale_up_bandwidth_bytes_per_s / GB),
             str(gpu.gpus_per_node),
             _num(gpu.nic_bandwidth_bytes_per_s / GB),
-            _num(gpu.power_watts),
+            "-" if gpu.power_watts is None else _num(gpu.power_watts),
         )
         rows.append(dict(zip(GPU_TABLE_COLUMNS, values, strict=True)))
     return rows

@@ -35,6 +35,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU, load_gpu
 from tokenmill.perf.calibrated import ParamTable
 from tokenmill.perf.measurements import RowSpec, Skip, interpret, model_for_row
+from tokenmill.perf.optimize import golden_section
 from tokenmill.perf.params import BOUNDS, ENGINE_FIELDS, GLOBAL_FIELDS, GPU_FIELDS, PerfParams
 from tokenmill.perf.replay import Recorded, replay_aggregated, replay_disaggregated
 from tokenmill.perf.roofline import Features, combine, total_seconds
@@ -424,23 +425,6 @@ def _predict(s: _Subset, ns: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def _golden(f: Callable[[float], float], lo: float, hi: float, iters: int) -> tuple[float, float]:
-    g = (math.sqrt(5) - 1) / 2
-    a, b = lo, hi
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = f(c), f(d)
-    for _ in range(iters):
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = f(d)
-    return (c, fc) if fc <= fd else (d, fd)
-
-
 @dataclass
 class FitReport:
     loss_before: float
@@ -511,7 +495,7 @@ class _Coordinate:
         a, b = grid[max(0, j - 1)], grid[min(6, j + 1)]
         best_x, best_f = grid[j], vals[j]
         if b > a:
-            gx, gf = _golden(self.objective, a, b, 12)
+            gx, gf = golden_section(self.objective, a, b, 12)
             if gf < best_f:
                 best_x, best_f = gx, gf
         if best_f > f0:

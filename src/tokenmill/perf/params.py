@@ -54,6 +54,20 @@ class PerfParams:
     sampling_per_token_s: float = 2e-6  # logits processing and sampling per produced token
     draft_step_overhead_s: float = 0.6e-3  # drafter launch per speculative step
     request_latency_s: float = 20e-3  # per request, outside the GPU: HTTP, tokenizer, first detokenize (per engine)
+    # The server front end's host time per streamed token (detokenize, SSE chunk, socket write) where
+    # it shares the engine's interpreter: CPU-side work of the step, like step_overhead_s (tokenmill's
+    # own server; measured by `calibrate local`). 0 where a separate process detokenizes (SGLang,
+    # vLLM, TRT-LLM).
+    stream_per_token_s: float = 0.0
+    # How much of the device's work the CPU side of a step hides: 1 on a GPU (the CPU schedules the
+    # next step while the GPU runs this one: step = max(GPU work, CPU work)); 0 on a CPU device,
+    # where the same cores do both (step = GPU work + CPU work).
+    cpu_overlap: float = 1.0
+    # The front end's serial time per request (read, parse and validate the body, admit), where one
+    # event loop does it for all clients: requests sent together reach the scheduler one after
+    # another (the simulator queues them). Measured by `calibrate local`; 0 elsewhere (the replay's
+    # `request_latency_s` covers the engines' front ends as a latency, not a queue).
+    front_end_per_request_s: float = 0.0
     # --- engine multipliers ----------------------------------------------------------------------
     overhead_scale: float = 1.0  # multiplies every fixed overhead above (engine's host efficiency)
     compute_scale: float = 1.0  # multiplies achieved FLOP/s of every kernel class (engine's kernels)

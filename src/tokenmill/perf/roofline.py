@@ -12,7 +12,9 @@ recomputing the physics:
    ``count × latency + volume_s / link efficiency``; per-layer launch gaps and sampling add; the
    engine's CPU step overhead overlaps the GPU (``step = max(GPU work, CPU step)``, SGLang's
    overlap scheduler, vLLM's async scheduling, TRT-LLM's overlap), and only its excess shows as
-   ``overhead``. ``combine`` works on floats and on numpy columns alike (the fit evaluates
+   ``overhead``; on a CPU device (``cpu_overlap`` = 0) the same cores do both and the CPU step
+   (with the front end's time per streamed token, where it shares the interpreter) simply adds.
+   ``combine`` works on floats and on numpy columns alike (the fit evaluates
    thousands of recorded steps at once).
 
 What the demands count (per step, busiest GPU):
@@ -195,8 +197,8 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
     work = launch
     for key in STEP_KEYS[:-1]:
         work = work + out[key]
-    cpu = os_ * p.step_overhead_s * f.steps
-    out["overhead"] = launch + mx(cpu - work, 0.0 * cpu)
+    cpu = os_ * p.step_overhead_s * f.steps + f.sampled * p.stream_per_token_s
+    out["overhead"] = launch + mx(cpu - p.cpu_overlap * work, 0.0 * cpu)
     out["kv_transfer"] = f.xfer_count * p.kv_transfer_latency_s + f.xfer_bw_s / ne
     out["request_latency"] = f.requests * p.request_latency_s
     return out

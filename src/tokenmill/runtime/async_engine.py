@@ -9,6 +9,7 @@ aborted before the next step, so its slots and pages are free at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -40,6 +41,11 @@ class Stream:
     submitted: float = field(default_factory=time.perf_counter)
     first_token: float | None = None
     last_token: float | None = None
+
+
+def _put_all(items: list[tuple[Stream, TokenEvent]]) -> None:
+    for stream, event in items:
+        stream.queue.put_nowait(event)
 
 
 class AsyncEngine:
@@ -100,16 +106,26 @@ class AsyncEngine:
 
     # --- the engine thread ----------------------------------------------------------------------
     def _push(self, stream: Stream, event: TokenEvent) -> None:
+        self._push_many([(stream, event)])
+
+    def _push_many(self, items: list[tuple[Stream, TokenEvent]]) -> None:
+        """Hand events to their streams: one wake-up of each event loop per step, not one per
+        request (each ``call_soon_threadsafe`` writes the loop's self-pipe and takes the GIL)."""
         now = time.perf_counter()
-        if event.token_ids:
-            if stream.first_token is None:
-                stream.first_token = now
-                if self.on_first_token:
-                    self.on_first_token(now - stream.submitted)
-            elif self.on_token_gap and stream.last_token is not None:
-                self.on_token_gap(now - stream.last_token)
-            stream.last_token = now
-        stream.loop.call_soon_threadsafe(stream.queue.put_nowait, event)
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Stream, TokenEvent]]] = {}
+        for stream, event in items:
+            if event.token_ids:
+                if stream.first_token is None:
+                    stream.first_token = now
+                    if self.on_first_token:
+                        self.on_first_token(now - stream.submitted)
+                elif self.on_token_gap and stream.last_token is not None:
+                    self.on_token_gap(now - stream.last_token)
+                stream.last_token = now
+            by_loop.setdefault(stream.loop, []).append((stream, event))
+        for loop, batch in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop (server shut down): nobody listens
+                loop.call_soon_threadsafe(_put_all, batch)
 
     def _intake(self) -> None:
         if self._flush.is_set():
@@ -136,16 +152,19 @@ class AsyncEngine:
     def _deliver(self) -> None:
         with self._lock:
             items = list(self._live.items())
+        out: list[tuple[Stream, TokenEvent]] = []
         for rid, (req, stream, sent) in items:
             new = req.output_ids[sent:]
             done = req.status is Status.FINISHED
             if new or done:
-                self._push(stream, TokenEvent(list(new), req.finish_reason if done else None, req.cached_tokens))
+                out.append((stream, TokenEvent(list(new), req.finish_reason if done else None, req.cached_tokens)))
                 with self._lock:
                     if done:
                         self._live.pop(rid, None)
                     else:
                         self._live[rid] = (req, stream, sent + len(new))
+        if out:
+            self._push_many(out)
 
     def _run(self) -> None:
         try:

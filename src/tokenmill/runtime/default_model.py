@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from importlib import resources
@@ -21,51 +20,16 @@ from typing import Any
 
 import torch
 
+from tokenmill.paths import cache_root
+
 VERSION = "v1"
 SEED = 20261130
 
-DEFAULT_CONFIG: dict[str, Any] = {
-    "architectures": ["KimiLinearForCausalLM"],
-    "model_type": "kimi_linear",
-    "vocab_size": 4096,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "moe_intermediate_size": 256,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "q_lora_rank": None,
-    "kv_lora_rank": 64,
-    "qk_rope_head_dim": 32,
-    "qk_nope_head_dim": 64,
-    "v_head_dim": 64,
-    "num_local_experts": 8,
-    "num_experts": 8,
-    "num_experts_per_tok": 2,
-    "num_experts_per_token": 2,
-    "n_shared_experts": 1,
-    "num_shared_experts": 1,
-    "routed_scaling_factor": 2.446,
-    "moe_renormalize": True,
-    "linear_num_heads": 4,
-    "linear_head_dim": 64,
-    "linear_conv_kernel_dim": 4,
-    "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
-    "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"],
-    "hidden_act": "silu",
-    "rms_norm_eps": 1e-5,
-    "max_position_embeddings": 32768,
-    "tie_word_embeddings": False,
-    "pad_token_id": 0,
-    "bos_token_id": None,
-    "eos_token_id": 1,
-    "dtype": "float32",
-}
-
-
-def cache_root() -> Path:
-    env = os.environ.get("TOKENMILL_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "tokenmill"
+#: The architecture, shared with planning as the ``kimi-linear-tiny`` preset (one file, so the model
+#: that ``tokenmill simulate --model kimi-linear-tiny`` costs is the one ``tokenmill serve`` runs).
+DEFAULT_CONFIG: dict[str, Any] = json.loads(
+    (resources.files("tokenmill.spec") / "presets" / "tokenmill--kimi-linear-tiny_config.json").read_text()
+)
 
 
 def _fill(name: str, shape: tuple[int, ...]) -> torch.Tensor:

@@ -158,20 +158,31 @@ def create_app(
             )
 
     async def _events(stream: Stream, request: Request) -> AsyncIterator[TokenEvent]:
-        while True:
-            get = asyncio.ensure_future(stream.queue.get())
+        """The stream's events until it finishes. A watcher polls for a client that went away
+        (4 times a second, not once per token) and aborts its request; a response cancelled by
+        the server (Starlette sees the disconnect first) aborts it on the way out."""
+
+        async def watch() -> None:
             while True:
-                done, _ = await asyncio.wait({get}, timeout=0.25)
-                if done:
-                    break
+                await asyncio.sleep(0.25)
                 if await request.is_disconnected():
-                    get.cancel()
                     engine_ref["engine"].abort(stream.rid)
                     return
-            event = get.result()
-            yield event
-            if event.finish_reason is not None:
-                return
+
+        watcher = asyncio.create_task(watch())
+        finished = False
+        try:
+            while True:
+                event = await stream.queue.get()
+                if event.finish_reason is not None:
+                    finished = True
+                yield event
+                if finished:
+                    return
+        finally:
+            watcher.cancel()
+            if not finished:
+                engine_ref["engine"].abort(stream.rid)
 
     async def _collect(stream: Stream, request: Request) -> TokenEvent:
         """All tokens of a non-streamed answer, with the final reason and cached-token count."""

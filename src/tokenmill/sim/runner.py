@@ -193,6 +193,9 @@ def simulate(plan: MemoryPlan, workload: Workload, options: SimOptions | None = 
             session_replica[spec.session_id] = best
         return best
 
+    front_end = options.perf.front_end_per_request_s
+    front_free = [0.0] * plan.replicas  # when each replica's front end is next free
+
     def send(spec: RequestSpec) -> None:
         idx = route(spec)
         full = _full_block_ids(spec, next_turn.get(spec.request_id), workload.block_tokens)
@@ -217,7 +220,14 @@ def simulate(plan: MemoryPlan, workload: Workload, options: SimOptions | None = 
             spec.output_tokens,
             spec.tool_call,
         )
-        replicas[idx].submit(req)
+        if front_end <= 0:
+            replicas[idx].submit(req)
+            return
+        # One front end per replica serves requests in order: each reaches the scheduler after
+        # the front end has read the ones before it.
+        ready = max(clock.now, front_free[idx]) + front_end
+        front_free[idx] = ready
+        clock.at(ready, lambda: replicas[idx].submit(req))
 
     closed = workload.concurrency is not None
 

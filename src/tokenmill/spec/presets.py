@@ -89,6 +89,9 @@ PRESETS: dict[str, Preset] = {
             "nano_v3",
             "qwen3_coder",
         ),
+        # The embedded default of `tokenmill serve` (built locally, not on the Hub): plan and simulate
+        # it next to the real engine, e.g. on a `cpu` entry measured by `tokenmill calibrate local`.
+        Preset("kimi-linear-tiny", "tokenmill--kimi-linear-tiny_config.json", "tokenmill/kimi-linear-tiny"),
     )
 }
 

@@ -12,6 +12,7 @@ fitted multipliers takes 1.0 (the prior).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -23,6 +24,35 @@ from tokenmill.perf.params import ENGINE_FIELDS, GLOBAL_FIELDS, GPU_FIELDS, Perf
 
 PARAMS_FILE = "params.json"
 _KNOWN = {f.name for f in fields(PerfParams)}
+
+
+#: Constants for which 0 is meaningful: no front-end cost (an engine with its own detokeniser
+#: process), no overlap of the CPU step with the device's work (a CPU device runs both).
+_ZERO_ALLOWED = frozenset({"stream_per_token_s", "front_end_per_request_s", "cpu_overlap"})
+
+
+def _param_values(obj: Any, what: str, source: str, allow_zero: bool) -> dict[str, float]:
+    """A table of named constants, checked: known names, finite numbers > 0 (or >= 0 for the
+    constants where 0 means "none", when ``allow_zero``)."""
+    if not isinstance(obj, dict):
+        raise TokenmillError(f"{source}: '{what}' must be an object")
+    out: dict[str, float] = {}
+    for k, v in obj.items():
+        if k not in _KNOWN:
+            raise TokenmillError(f"{source}: unknown parameter {k!r} in '{what}'")
+        zero_ok = allow_zero and k in _ZERO_ALLOWED
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not math.isfinite(v)
+            or v < 0
+            or (v == 0 and not zero_ok)
+        ):
+            raise TokenmillError(
+                f"{source}: {what}.{k} must be a {'finite number >= 0' if zero_ok else 'positive number'}"
+            )
+        out[k] = float(v)
+    return out
 
 
 @dataclass
@@ -45,16 +75,7 @@ class ParamTable:
     @classmethod
     def from_json(cls, data: dict[str, Any], source: str = "params") -> ParamTable:
         def table(obj: Any, what: str) -> dict[str, float]:
-            if not isinstance(obj, dict):
-                raise TokenmillError(f"{source}: '{what}' must be an object")
-            out: dict[str, float] = {}
-            for k, v in obj.items():
-                if k not in _KNOWN:
-                    raise TokenmillError(f"{source}: unknown parameter {k!r} in '{what}'")
-                if not isinstance(v, int | float) or v <= 0:
-                    raise TokenmillError(f"{source}: {what}.{k} must be a positive number")
-                out[k] = float(v)
-            return out
+            return _param_values(obj, what, source, allow_zero=False)
 
         return cls(
             global_=table(data.get("global", {}), "global"),
@@ -139,3 +160,66 @@ def params_for(gpu: str, backend: str | None = None, path: Path | str | None = N
     except TokenmillError:
         name = gpu
     return load_table(path).resolve(name, backend)
+
+
+# --------------------------------------------------------------------------------------------
+# Constants measured on this machine (``tokenmill calibrate local``)
+# --------------------------------------------------------------------------------------------
+
+LOCAL_PARAMS_SUFFIX = ".perf.json"
+
+
+def local_params_path(gpu: str) -> Path:
+    """Where the fitted constants of a measured entry live: beside its TOML file.
+
+    ``gpu`` is what ``--gpu`` got: a name (``cpu``: the user hardware folder) or a ``.toml`` path.
+    """
+    from tokenmill.paths import user_hardware_dir
+
+    if gpu.endswith(".toml") or "/" in gpu:
+        p = Path(gpu).expanduser()
+        return p.with_name(p.name.removesuffix(".toml") + LOCAL_PARAMS_SUFFIX)
+    return user_hardware_dir() / f"{gpu.strip().lower()}{LOCAL_PARAMS_SUFFIX}"
+
+
+def write_local_params(path: Path, params: PerfParams, meta: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"meta": meta, "params": params.to_dict()}, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def local_params(gpu: str) -> tuple[PerfParams, list[str]] | None:
+    """The constants ``calibrate local`` fitted for ``gpu``, or None when it has none."""
+    path = local_params_path(gpu)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise TokenmillError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    raw = data.get("params") if isinstance(data, dict) else None
+    values = _param_values(raw, "params", str(path), allow_zero=True)
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise TokenmillError(f"{path}: 'meta' must be an object")
+    when = meta.get("measured_at", "?")
+    return PerfParams(**values), [f"constants fitted on this machine by `tokenmill calibrate local` ({when})"]
+
+
+def resolve_params(gpu: str, backend: str | None) -> tuple[PerfParams, list[str]]:
+    """The constants a simulation of ``gpu`` uses, and where they came from.
+
+    A measured entry (``calibrate local``) uses its own fit (its engine is tokenmill's); otherwise
+    ``--backend`` picks the calibrated constants of that engine on that GPU, and without one the
+    priors of ``PerfParams`` apply (what ``simulate`` has always done).
+    """
+    # A bundled GPU is never shadowed by a user file (as ``load_gpu`` ignores a user h200.toml).
+    from tokenmill.hardware import known_gpu_names
+
+    bundled = gpu.strip().lower().replace("-", "_") in known_gpu_names()
+    local = None if bundled else local_params(gpu)
+    if local is not None and backend in (None, "tokenmill"):
+        return local
+    if backend is None:
+        return PerfParams(), ["no --backend: the cost model's priors (docs/perf.md)"]
+    return params_for(gpu, backend)

@@ -1,0 +1,240 @@
+"""The live server against the simulator, on this machine: ``tokenmill bench`` vs ``tokenmill simulate``.
+
+1. ``tokenmill calibrate local`` measures this machine as the hardware entry ``cpu`` (GEMM rate,
+   memory bandwidth, the engine's own steps, the server front end's time per streamed token).
+2. ``tokenmill serve`` runs the embedded model; ``tokenmill bench`` drives it with a closed-loop
+   random workload at each concurrency.
+3. ``tokenmill simulate`` runs the same workload (same generator, seed and lengths) on the
+   ``kimi-linear-tiny`` preset over ``--gpu cpu`` with the server's scheduler settings.
+4. The report puts mean TTFT and TPOT side by side with the error of the simulation.
+
+    .venv/bin/python benchmarks/bench_vs_simulate.py [--skip-calibrate] [--concurrency 1,4,8,16,32]
+
+Writes benchmarks/results/bench_vs_simulate.md. Takes about four minutes on two cores. Run it on
+a quiet machine: anything else on the cores slows the live server and not the simulation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TM = str(Path(sys.executable).with_name("tokenmill"))
+# The server's scheduler settings (tokenmill serve's defaults) and the dtype the entry is measured in.
+SERVE = ["--dtype", "bfloat16", "--page-size", "16", "--chunk-tokens", "2048", "--max-running-requests", "64"]
+SIM = [
+    "--model",
+    "kimi-linear-tiny",
+    "--gpu",
+    "cpu",
+    "--gpus",
+    "1",
+    "--page-size",
+    "16",
+    "--chunk-tokens",
+    "2048",
+    "--mixed-chunk",
+    "--pool-budget-gib",
+    "1",
+    "--max-running-requests",
+    "64",
+]
+
+
+def _run_json(cmd: list[str]) -> dict[str, Any]:
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{out.stderr.strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_health(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the server exited before it was ready")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit("the server did not become ready")
+
+
+def workload_args(isl: int, osl: int, c: int, seed: int) -> list[str]:
+    return [
+        "--workload",
+        "random",
+        "--isl",
+        str(isl),
+        "--osl",
+        str(osl),
+        "--concurrency",
+        str(c),
+        "--seed",
+        str(seed),
+        "--json",
+    ]
+
+
+def error_pct(sim: float, live: float) -> float:
+    """The simulation's error relative to the live measurement, in percent."""
+    return (sim / live - 1.0) * 100.0
+
+
+def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [
+        "# The live server against the simulator (`tokenmill bench` vs `tokenmill simulate`)",
+        "",
+        f"- date: {meta['date']}",
+        f"- machine: {meta['machine']}",
+        f"- command: `{meta['command']}`",
+        f"- workload: random, {meta['isl']}-token prompts, {meta['osl']} output tokens, "
+        f"{meta['num_prompts']} requests per point, closed loop, seed {meta['seed']}",
+        f"- calibration (`tokenmill calibrate local`, {meta['calibration'].get('measured_at', '?')}): "
+        f"GEMM {meta['calibration'].get('gemm_tflops', 0) * 1000:.0f} GFLOP/s, "
+        f"copy {meta['calibration'].get('memory_bandwidth_gb_s', 0):.1f} GB/s, "
+        f"{meta['calibration'].get('steps', '?')} engine steps timed (median step error "
+        f"{meta['calibration'].get('step_median_abs_pct_error', '?')} %), front end "
+        f"{meta['calibration'].get('stream_per_token_s', 0) * 1e6:.0f} µs per streamed token",
+        f"- live: `{meta['serve']}` and `{meta['bench']}`",
+        f"- simulated: `{meta['simulate']}`",
+        "",
+        "| concurrency | live mean TTFT ms | simulated | error | live mean TPOT ms | simulated | error "
+        "| live output tok/s | simulated | within 20 % |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:--:|",
+    ]
+    for r in rows:
+        ok = abs(r["ttft_err"]) <= 20 and abs(r["tpot_err"]) <= 20
+        lines.append(
+            f"| {r['c']} | {r['live_ttft']:.1f} | {r['sim_ttft']:.1f} | {r['ttft_err']:+.1f} % "
+            f"| {r['live_tpot']:.2f} | {r['sim_tpot']:.2f} | {r['tpot_err']:+.1f} % "
+            f"| {r['live_tput']:.0f} | {r['sim_tput']:.0f} | {'yes' if ok else 'no'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", default="1,4,8,16,32")
+    ap.add_argument("--num-prompts", type=int, default=256)
+    ap.add_argument("--isl", type=int, default=128)
+    ap.add_argument("--osl", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-calibrate", action="store_true", help="Reuse the `cpu` entry measured before.")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_vs_simulate.md")
+    args = ap.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+
+    if args.skip_calibrate:
+        params = Path(os.environ.get("TOKENMILL_CACHE", Path.home() / ".cache" / "tokenmill")) / "hardware"
+        cal = json.loads((params / "cpu.perf.json").read_text())["meta"]
+        cal |= json.loads((params / "cpu.perf.json").read_text())["params"]
+    else:
+        print("== tokenmill calibrate local", file=sys.stderr)
+        cal = _run_json([TM, "calibrate", "local", "--dtype", "bfloat16", "--json"])
+        cal |= cal.pop("fitted", {})
+
+    port = _free_port()
+    serve = [TM, "serve", "--port", str(port), *SERVE]
+    print(f"== {' '.join(serve)}", file=sys.stderr)
+    proc = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    live: dict[int, dict[str, Any]] = {}
+    try:
+        _wait_health(port, proc)
+        for c in levels:
+            bench = [
+                TM,
+                "bench",
+                "--base-url",
+                f"http://127.0.0.1:{port}",
+                "--model",
+                "tokenmill-default",
+                "--num-prompts",
+                str(args.num_prompts),
+                "--tokenizer-vocab",
+                "4096",
+                *workload_args(args.isl, args.osl, c, args.seed),
+            ]
+            print(f"== bench at concurrency {c}", file=sys.stderr)
+            live[c] = _run_json(bench)
+            if live[c]["completed"] != args.num_prompts:
+                raise SystemExit(f"bench at {c}: {live[c]['failed']} failed: {live[c].get('errors', [])[:3]}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+    rows = []
+    for c in levels:
+        sim = _run_json(
+            [
+                TM,
+                "simulate",
+                *SIM,
+                "--num-requests",
+                str(args.num_prompts),
+                *workload_args(args.isl, args.osl, c, args.seed),
+            ]
+        )
+        lv = live[c]
+        rows.append(
+            {
+                "c": c,
+                "live_ttft": lv["mean_ttft_ms"],
+                "sim_ttft": sim["mean_ttft_ms"],
+                "ttft_err": error_pct(sim["mean_ttft_ms"], lv["mean_ttft_ms"]),
+                "live_tpot": lv["mean_tpot_ms"],
+                "sim_tpot": sim["mean_tpot_ms"],
+                "tpot_err": error_pct(sim["mean_tpot_ms"], lv["mean_tpot_ms"]),
+                "live_tput": lv["output_throughput"],
+                "sim_tput": sim["output_throughput"],
+            }
+        )
+        print(
+            f"C={c}: TTFT {lv['mean_ttft_ms']:.1f} vs {sim['mean_ttft_ms']:.1f} ms, "
+            f"TPOT {lv['mean_tpot_ms']:.2f} vs {sim['mean_tpot_ms']:.2f} ms",
+            file=sys.stderr,
+        )
+    load = os.getloadavg()
+    meta = {
+        "date": _dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": f"{platform.machine()}, nproc {os.cpu_count()}, load average (1/5/15 min) "
+        f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}",
+        "command": "python benchmarks/bench_vs_simulate.py" + (" --skip-calibrate" if args.skip_calibrate else ""),
+        "isl": args.isl,
+        "osl": args.osl,
+        "num_prompts": args.num_prompts,
+        "seed": args.seed,
+        "calibration": cal,
+        "serve": "tokenmill serve " + " ".join(SERVE),
+        "bench": f"tokenmill bench --workload random --isl {args.isl} --osl {args.osl} --num-prompts "
+        f"{args.num_prompts} --concurrency C --seed {args.seed} --tokenizer-vocab 4096",
+        "simulate": "tokenmill simulate " + " ".join(SIM) + f" --workload random --isl {args.isl} --osl "
+        f"{args.osl} --num-requests {args.num_prompts} --concurrency C --seed {args.seed}",
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report(rows, meta))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

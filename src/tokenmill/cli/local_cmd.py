@@ -1,0 +1,222 @@
+"""``tokenmill calibrate local``: measure this machine and the engine's own steps; write a hardware
+entry (``--gpu cpu``) and the cost-model constants fitted to those steps.
+
+Then ``tokenmill simulate --model kimi-linear-tiny --gpu cpu --gpus 1 ...`` predicts what
+``tokenmill serve`` does on this machine (docs/engine.md, benchmarks/bench_vs_simulate.py).
+"""
+
+import datetime as _dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tokenmill.cli.options import JsonOpt
+from tokenmill.cli.runtime_cmd import (
+    ChunkOpt,
+    DtypeOpt,
+    MemOpt,
+    PageSizeOpt,
+    RtModelOpt,
+    RunningOpt,
+    _engine_options,
+)
+from tokenmill.errors import TokenmillError
+
+_NAME_HELP = "Name of the entry (--gpu NAME afterwards)."
+
+
+def _write_steps(path: Path, steps: list[tuple[Any, float]], predicted: tuple[float, ...]) -> None:
+    """The timed steps and the fit's prediction of each, for a look at where the model errs."""
+    import csv
+
+    cols = ["prefill_seqs", "prefill_tokens", "prefill_context", "decode_seqs", "decode_context", "measured_ms"]
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([*cols, "predicted_ms"])
+        for (shape, seconds), pred in zip(steps, predicted, strict=True):
+            w.writerow(
+                [
+                    len(shape.prefill),
+                    shape.prefill_tokens,
+                    sum(p.context for p in shape.prefill),
+                    len(shape.decode),
+                    sum(d.context for d in shape.decode),
+                    f"{seconds * 1e3:.4f}",
+                    f"{pred * 1e3:.4f}",
+                ]
+            )
+
+
+def local(
+    model: RtModelOpt = None,
+    name: Annotated[str, typer.Option("--name", help=_NAME_HELP)] = "cpu",
+    out_dir: Annotated[
+        Path | None, typer.Option("--out-dir", help="Folder for NAME.toml and NAME.perf.json (default: user cache).")
+    ] = None,
+    dtype: DtypeOpt = "bfloat16",
+    memory_gib: MemOpt = 1.0,
+    page_size: PageSizeOpt = 16,
+    chunk_tokens: ChunkOpt = 2048,
+    max_running_requests: RunningOpt = 64,
+    quick: Annotated[bool, typer.Option("--quick", help="A few small scenarios (a smoke test, not a fit).")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random prompts.")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure this machine (GEMM rate, memory bandwidth) and time the engine's steps; write a
+    hardware entry and the cost-model constants fitted to the steps."""
+    import platform
+    import re
+
+    import torch
+
+    from tokenmill.hardware import known_gpu_names
+    from tokenmill.hardware.catalog import parse_gpu_toml
+    from tokenmill.hardware.local import (
+        MachineMeasurements,
+        cpu_model_name,
+        physical_memory_bytes,
+        render_toml,
+        write_entry,
+    )
+    from tokenmill.paths import user_hardware_dir
+    from tokenmill.perf import BatchShape, DecodeWork, PrefillWork
+    from tokenmill.perf.calibrated import local_params_path, write_local_params
+    from tokenmill.perf.local_fit import fit_local
+    from tokenmill.plan.layout import Layout, PrefixCache
+    from tokenmill.runtime.llm import LLM
+    from tokenmill.runtime.step_timing import (
+        DEFAULT_SCENARIOS,
+        QUICK_SCENARIOS,
+        matmul_flops,
+        memory_bandwidth,
+        time_engine_steps,
+    )
+    from tokenmill.spec import load_model
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", name):
+        raise TokenmillError(f"--name must be a lower-case name (letters, digits, '_', '-', '.'), got {name!r}")
+    if name in known_gpu_names():
+        raise TokenmillError(f"--name {name!r} is a bundled GPU; choose another name (default: cpu)")
+    opts = _engine_options(
+        dtype, memory_gib, None, None, page_size, chunk_tokens, max_running_requests, True, None, seed
+    )
+
+    def say(message: str) -> None:
+        if not json_out:
+            print(message, file=sys.stderr)
+
+    t_start = time.perf_counter()
+    llm = LLM(model, opts)
+    torch_dtype = next(iter(llm.model.parameters())).dtype
+    threads = torch.get_num_threads()
+    say(f"measuring {cpu_model_name()} on {threads} thread(s): GEMM rate and memory bandwidth")
+    flops = matmul_flops(torch_dtype)
+    bandwidth = memory_bandwidth()
+    scenarios = QUICK_SCENARIOS if quick else DEFAULT_SCENARIOS
+    say(f"timing the engine's steps: {len(scenarios)} scenarios of {llm.model_dir.name} ({dtype})")
+    show = not json_out and sys.stderr.isatty()
+    if show:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("engine steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+            task = bar.add_task("steps", total=len(scenarios))
+            timed = time_engine_steps(llm, scenarios, seed, on_scenario=lambda _: bar.advance(task))
+    else:
+        timed = time_engine_steps(llm, scenarios, seed)
+
+    argv = ["tokenmill", "calibrate", "local"]
+    if model is not None:
+        argv += ["--model", str(model)]
+    argv += ["--dtype", dtype] + (["--quick"] if quick else [])
+    folder = out_dir if out_dir is not None else user_hardware_dir()
+    measured = MachineMeasurements(
+        name=name,
+        display_name=cpu_model_name(),
+        architecture=platform.machine() or "cpu",
+        memory_bytes=physical_memory_bytes(),
+        bandwidth_bytes_per_s=bandwidth,
+        gemm_flops=flops,
+        engine_dtype=dtype,
+        threads=threads,
+        command=" ".join(argv),
+    )
+    spec = load_model(str(llm.model_dir))
+    layout = Layout(tp=1, page_size=page_size, prefix_cache=PrefixCache.EXTRA_BUFFER)
+    machine = parse_gpu_toml(render_toml(measured), f"{name}.toml")
+    shapes = [
+        (
+            BatchShape(
+                prefill=tuple(PrefillWork(n, start, last) for n, start, last in s.prefill),
+                decode=tuple(DecodeWork(c, k) for c, k in s.decode),
+            ),
+            s.seconds,
+        )
+        for s in timed
+    ]
+    fit = fit_local(spec, machine, layout, shapes)
+    say("measuring the server front end's time per streamed token (tokenmill serve + tokenmill bench)")
+    from tokenmill.runtime.serving_cost import stream_cost_per_token
+
+    stream = stream_cost_per_token(llm, concurrency=4, requests=8) if quick else stream_cost_per_token(llm)
+    params = fit.params.updated(
+        stream_per_token_s=stream.seconds_per_token, front_end_per_request_s=stream.seconds_per_request
+    )
+    try:
+        entry_path, _ = write_entry(measured, folder)
+        params_path = local_params_path(str(entry_path))
+        meta: dict[str, Any] = {
+            "command": measured.command,
+            "measured_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "model": llm.model_dir.name,
+            "dtype": dtype,
+            "threads": threads,
+            "gemm_tflops": round(flops / 1e12, 5),
+            "memory_bandwidth_gb_s": round(bandwidth / 1e9, 3),
+            "steps": fit.steps,
+            "prefill_steps": fit.prefill_steps,
+            "step_median_abs_pct_error": round(fit.median_abs_pct_error, 2),
+            "step_p90_abs_pct_error": round(fit.p90_abs_pct_error, 2),
+            "total_time_error_pct": round(fit.total_time_error_pct, 2),
+            "stream_tokens_measured": stream.tokens,
+            "stream_loop_cpu_s": round(stream.loop_cpu_s, 4),
+        }
+        write_local_params(params_path, params, meta)
+        steps_path = entry_path.with_name(f"{name}.steps.csv")
+        _write_steps(steps_path, [(s, t) for s, t in shapes if not s.is_empty and t > 0], fit.predicted_s)
+    except OSError as exc:
+        raise TokenmillError(f"--out-dir: cannot write to {folder}: {exc.strerror}") from None
+    result = {
+        "entry": str(entry_path),
+        "params": str(params_path),
+        "steps_csv": str(steps_path),
+        "fitted": {k: float(f"{v:.6g}") for k, v in fit.fitted.items()},
+        "stream_per_token_s": float(f"{stream.seconds_per_token:.6g}"),
+        "front_end_per_request_s": float(f"{stream.seconds_per_request:.6g}"),
+        **{k: v for k, v in meta.items() if k not in ("command",)},
+        "wall_s": round(time.perf_counter() - t_start, 1),
+    }
+    if json_out:
+        print(json.dumps(result, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{name}: measured on this machine", show_edge=False)
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row(f"GEMM rate ({dtype}, {threads} thread(s))", f"{flops / 1e9:,.1f} GFLOP/s")
+    t.add_row("memory bandwidth (copy)", f"{bandwidth / 1e9:,.1f} GB/s")
+    t.add_row("engine steps timed", f"{fit.steps:,} ({fit.prefill_steps:,} with prefill)")
+    for k, v in fit.fitted.items():
+        t.add_row(k, f"{v:.4g}")
+    t.add_row("server front end per streamed token", f"{stream.seconds_per_token * 1e6:.1f} µs")
+    t.add_row("server front end per request", f"{stream.seconds_per_request * 1e3:.3f} ms")
+    t.add_row("step time error: median / p90", f"{fit.median_abs_pct_error:.1f} % / {fit.p90_abs_pct_error:.1f} %")
+    t.add_row("total time error", f"{fit.total_time_error_pct:+.1f} %")
+    Console().print(t)
+    print(f"wrote {entry_path}, {params_path} and the timed steps {steps_path}")
+    print(f"next: tokenmill simulate --model kimi-linear-tiny --gpu {name} --gpus 1 --page-size {page_size} ...")

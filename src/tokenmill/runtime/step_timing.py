@@ -1,0 +1,133 @@
+"""Measure this machine for ``tokenmill calibrate local``: raw rates, and the engine's own steps.
+
+Three measurements, all on the thread count the engine itself uses (one thread on a machine of
+two cores or fewer, see ``LLM``):
+
+- ``matmul_flops``: the dense GEMM rate of a dtype (square products, best of a few runs), the
+  CPU's counterpart of a GPU datasheet's dense TFLOP/s;
+- ``memory_bandwidth``: a large tensor copy (bytes read + written per second, best of a few), the
+  counterpart of HBM bandwidth;
+- ``time_engine_steps``: real engine steps of the served model, each timed on the wall clock
+  around ``Engine.step`` (scheduling, the model, sampling and bookkeeping: what a request waits
+  for), with the shape of the batch it ran. Scenarios are closed batches of fresh requests of one
+  prompt length, so the steps cover prefill, chunked prefill mixed with decode, and decode at
+  every batch size on the way down as requests finish. Each scenario runs twice and only the
+  second pass is kept: the first pass of a new shape pays one-off costs (buffers growing, the
+  allocator mapping pages) that a server in steady state has long paid.
+
+The records are plain tuples, so the fit (``tokenmill.perf.local_fit``) needs no torch and the
+runtime needs no cost formula.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tokenmill.runtime.llm import LLM
+from tokenmill.runtime.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class TimedStep:
+    """One engine step: prefill chunks ``(new tokens, start, last chunk)``, decodes ``(context, tokens)``."""
+
+    prefill: tuple[tuple[int, int, bool], ...]
+    decode: tuple[tuple[int, int], ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """``concurrency`` fresh requests of ``prompt_tokens`` random tokens, sent together, each
+    generating ``output_tokens`` (EOS ignored)."""
+
+    concurrency: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+#: The default grid: batch sizes from 1 to 64 against short and long prompts, at most 32,768
+#: prompt tokens per scenario, and single prompts of more lengths (prefill alone, which sets the
+#: TTFT of light load). About a minute on two cores with the embedded model.
+DEFAULT_SCENARIOS: tuple[Scenario, ...] = tuple(
+    Scenario(c, isl, 32) for isl in (32, 128, 512, 2000) for c in (1, 2, 4, 8, 16, 32, 64) if c * isl <= 32768
+) + tuple(Scenario(1, isl, 4) for isl in (8, 16, 64, 96, 192, 256, 384, 768, 1024, 1536))
+#: A small grid for tests and smoke runs.
+QUICK_SCENARIOS: tuple[Scenario, ...] = (Scenario(1, 64, 8), Scenario(4, 128, 8), Scenario(16, 32, 8))
+
+
+def _best_of(fn: Callable[[], object], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def matmul_flops(dtype: torch.dtype, n: int = 1024, repeats: int = 5) -> float:
+    """Dense FLOP/s of an ``n × n`` GEMM in ``dtype`` (2n³ FLOPs; best of ``repeats``)."""
+    a = torch.randn(n, n, generator=torch.Generator().manual_seed(0)).to(dtype)
+    b = torch.randn(n, n, generator=torch.Generator().manual_seed(1)).to(dtype)
+    out = torch.empty(n, n, dtype=dtype)
+    torch.mm(a, b, out=out)  # warm-up: first-call dispatch and page faults
+    return 2.0 * n**3 / _best_of(lambda: torch.mm(a, b, out=out), repeats)
+
+
+def memory_bandwidth(n_bytes: int = 256 * 1024**2, repeats: int = 5) -> float:
+    """Bytes per second of a large copy, counting the read and the write (as STREAM's copy)."""
+    src = torch.ones(n_bytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    return 2.0 * n_bytes / _best_of(lambda: dst.copy_(src), repeats)
+
+
+def time_engine_steps(
+    llm: LLM,
+    scenarios: Sequence[Scenario],
+    seed: int = 0,
+    on_scenario: Callable[[Scenario], None] | None = None,
+) -> list[TimedStep]:
+    """Run each scenario to completion on ``llm`` (a warm pass, then a timed one), timing every step
+    of the timed pass; the prefix cache is flushed before each pass (and prompts are random) so
+    each one measures fresh requests."""
+    rng = random.Random(seed)
+    steps: list[TimedStep] = []
+    for sc in scenarios:
+        _run_scenario(llm, sc, rng, None)
+        _run_scenario(llm, sc, rng, steps)
+        if on_scenario is not None:
+            on_scenario(sc)
+    return steps
+
+
+def _run_scenario(llm: LLM, sc: Scenario, rng: random.Random, steps: list[TimedStep] | None) -> None:
+    llm.scheduler.flush_cache()
+    vocab = llm.model.vocab_size
+    eos = llm.tokenizer.eos_token_id
+    params = SamplingParams(max_tokens=sc.output_tokens, temperature=0.0, ignore_eos=True)
+    for _ in range(sc.concurrency):
+        ids = [rng.randrange(2, vocab) for _ in range(sc.prompt_tokens)]
+        llm.add_request([t if t != eos else 2 for t in ids], params)
+    while llm.scheduler.has_work:
+        t0 = time.perf_counter()
+        out = llm.engine.step(llm.now)
+        elapsed = time.perf_counter() - t0
+        if out is None:
+            break
+        llm.now = out.end_s
+        for req in out.finished:
+            llm.executor.forget(req.rid)
+        if steps is not None:
+            steps.append(
+                TimedStep(
+                    tuple((p.length, p.start, p.last) for p in out.batch.prefill),
+                    tuple((d.context, d.tokens) for d in out.batch.decode),
+                    elapsed,
+                )
+            )

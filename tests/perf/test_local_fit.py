@@ -1,0 +1,142 @@
+"""``fit_local``: the cost model's constants fitted to engine steps timed on this machine.
+
+The "measured" step times come from a hand formula (a fixed cost per step, a cost per decoding
+request and per prefill token, the shape a small model on a CPU shows), not from the cost model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tokenmill.errors import TokenmillError
+from tokenmill.hardware import parse_gpu_toml
+from tokenmill.hardware.local import MachineMeasurements, render_toml
+from tokenmill.perf import BatchShape, CostModel, DecodeWork, PrefillWork
+from tokenmill.perf.local_fit import LOCAL_BOUNDS, LocalFit, fit_local
+from tokenmill.plan import Layout
+from tokenmill.spec import load_model
+
+MODEL = load_model("kimi-linear-tiny")
+MACHINE = parse_gpu_toml(
+    render_toml(
+        MachineMeasurements(
+            name="cpu",
+            display_name="test CPU",
+            architecture="x86_64",
+            memory_bytes=16 * 1024**3,
+            bandwidth_bytes_per_s=40e9,
+            gemm_flops=400e9,
+            engine_dtype="bfloat16",
+            threads=2,
+            command="test",
+        )
+    ),
+    "cpu.toml",
+)
+LAYOUT = Layout(tp=1, page_size=16)
+
+
+def hand_time(shape: BatchShape) -> float:
+    """2.5 ms per step + 0.12 ms per decoding request + 0.075 ms per prefill token."""
+    return 2.5e-3 + 0.12e-3 * len(shape.decode) + 0.075e-3 * shape.prefill_tokens
+
+
+def grid() -> list[BatchShape]:
+    shapes = [
+        BatchShape(decode=tuple(DecodeWork(ctx) for _ in range(batch)))
+        for batch in (1, 2, 4, 8, 16, 32, 64)
+        for ctx in (100, 500, 2000)
+    ]
+    for n in (16, 64, 256, 1024, 2048):
+        shapes.append(BatchShape(prefill=(PrefillWork(n),)))
+        shapes.append(BatchShape(prefill=(PrefillWork(n, 512, last_chunk=False),)))
+    for n, batch in ((128, 4), (512, 16), (1024, 32)):
+        shapes.append(BatchShape(prefill=(PrefillWork(n),), decode=tuple(DecodeWork(300) for _ in range(batch))))
+    return shapes
+
+
+STEPS = [(s, hand_time(s)) for s in grid()]
+
+
+@pytest.fixture(scope="module")
+def fit() -> LocalFit:
+    return fit_local(MODEL, MACHINE, LAYOUT, STEPS)
+
+
+def test_fit_reproduces_the_hand_formula(fit: LocalFit) -> None:
+    assert fit.steps == len(STEPS) == 34
+    assert fit.prefill_steps == 13
+    assert abs(fit.total_time_error_pct) <= 5.0
+    assert fit.median_abs_pct_error < 10.0
+    assert fit.p90_abs_pct_error >= fit.median_abs_pct_error
+    # the reported errors are those of predicted_s against the measured times
+    measured = [t for _, t in STEPS]
+    ape = sorted(abs(p / t - 1) * 100 for p, t in zip(fit.predicted_s, measured, strict=True))
+    assert fit.median_abs_pct_error == pytest.approx((ape[16] + ape[17]) / 2)
+    total = (sum(fit.predicted_s) / sum(measured) - 1) * 100
+    assert fit.total_time_error_pct == pytest.approx(total)
+
+
+def test_fitted_constants_stay_in_bounds_and_reach_params(fit: LocalFit) -> None:
+    assert set(fit.fitted) == set(LOCAL_BOUNDS)
+    for key, (lo, hi) in LOCAL_BOUNDS.items():
+        value = fit.fitted[key]
+        assert lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9), key
+        assert getattr(fit.params, key) == value
+
+
+def test_fitted_params_predict_through_the_cost_model(fit: LocalFit) -> None:
+    cost = CostModel(MODEL, MACHINE, LAYOUT, fit.params)
+    for (shape, _), predicted in zip(STEPS, fit.predicted_s, strict=True):
+        assert cost.step_time(shape).seconds == pytest.approx(predicted, rel=1e-9)
+    # shapes the fit never saw, still within 10 % of the hand formula
+    for shape in (
+        BatchShape(decode=tuple(DecodeWork(1000) for _ in range(24))),
+        BatchShape(prefill=(PrefillWork(512, 100),)),
+        BatchShape(prefill=(PrefillWork(300),), decode=tuple(DecodeWork(800) for _ in range(8))),
+    ):
+        assert cost.step_time(shape).seconds == pytest.approx(hand_time(shape), rel=0.10)
+
+
+def test_fit_beats_the_priors(fit: LocalFit) -> None:
+    prior = CostModel(MODEL, MACHINE, LAYOUT)
+
+    def loss(times: list[float]) -> float:
+        return sum(math.log(p / t) ** 2 for p, (_, t) in zip(times, STEPS, strict=True))
+
+    assert loss(list(fit.predicted_s)) < loss([prior.step_time(s).seconds for s, _ in STEPS]) / 4
+
+
+def test_fit_is_deterministic(fit: LocalFit) -> None:
+    assert fit_local(MODEL, MACHINE, LAYOUT, STEPS) == fit
+
+
+def test_empty_and_zero_time_steps_are_dropped(fit: LocalFit) -> None:
+    noisy = [(BatchShape(), 1e-3), *STEPS, (BatchShape(decode=(DecodeWork(10),)), 0.0)]
+    again = fit_local(MODEL, MACHINE, LAYOUT, noisy)
+    assert again.steps == len(STEPS)
+    assert again.fitted == fit.fitted
+    assert again.predicted_s == fit.predicted_s
+
+
+def test_repeating_the_decode_steps_keeps_their_weight(fit: LocalFit) -> None:
+    # prefill steps and pure decode steps weigh half each, however many of each there are
+    doubled = STEPS + [(s, t) for s, t in STEPS if not s.prefill]
+    again = fit_local(MODEL, MACHINE, LAYOUT, doubled)
+    assert again.prefill_steps == fit.prefill_steps
+    assert again.steps == len(STEPS) + 21
+    for key in LOCAL_BOUNDS:
+        assert again.fitted[key] == pytest.approx(fit.fitted[key], rel=1e-3), key
+
+
+def test_fewer_steps_than_constants_is_an_error() -> None:
+    few = STEPS[: len(LOCAL_BOUNDS) - 1]
+    with pytest.raises(TokenmillError, match=f"at least {len(LOCAL_BOUNDS)} timed steps"):
+        fit_local(MODEL, MACHINE, LAYOUT, few)
+    # empty and zero-time steps do not count towards the minimum
+    padded = [*few, (BatchShape(), 1e-3), (STEPS[0][0], 0.0)]
+    with pytest.raises(TokenmillError, match=f"got {len(LOCAL_BOUNDS) - 1}"):
+        fit_local(MODEL, MACHINE, LAYOUT, padded)
+    assert fit_local(MODEL, MACHINE, LAYOUT, STEPS[: len(LOCAL_BOUNDS)]).steps == len(LOCAL_BOUNDS)
