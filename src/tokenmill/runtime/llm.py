@@ -16,6 +16,7 @@ from tokenmill.core import Engine, Request, Scheduler, SchedulerConfig, Status
 from tokenmill.errors import TokenmillError
 from tokenmill.runtime.executor import TorchExecutor
 from tokenmill.runtime.models import allocate_pools, load_model
+from tokenmill.runtime.models.native import keep_freed_memory
 from tokenmill.runtime.pools import PoolSizes, size_pools
 from tokenmill.runtime.sampling import SamplingParams
 from tokenmill.runtime.tokenizer import Tokenizer
@@ -83,6 +84,8 @@ class LLM:
         threads = opts.threads if opts.threads is not None else (1 if (os.cpu_count() or 1) <= 2 else None)
         if threads is not None:
             torch.set_num_threads(threads)
+        if opts.device == "cpu":
+            keep_freed_memory()  # big per-step temporaries: reuse heap blocks, not fresh pages
         torch.manual_seed(opts.seed)
         self.model = load_model(self.model_dir, dtype=dtype, device=opts.device)
         self.tokenizer = Tokenizer(self.model_dir if (self.model_dir / "tokenizer.json").exists() else None)

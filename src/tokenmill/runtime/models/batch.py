@@ -32,6 +32,7 @@ class Group:
     positions: torch.Tensor  # [B, n_max] absolute positions (pad: 0)
     kv_slots: torch.Tensor  # [B, L_max] flat KV cell (page * page_size + offset) of positions [0, start + n)
     kv_valid: torch.Tensor  # [B, L_max] bool
+    context: torch.Tensor  # [B] int64: start + n, the valid prefix of each kv_slots row
     state_slots: torch.Tensor  # [B] live state slot
     ckpt_rel: list[int | None]  # checkpoint position relative to start (0 < c <= n), if any
     ckpt_slots: torch.Tensor  # [B] checkpoint slot (pad: the live slot, never written)
@@ -102,6 +103,7 @@ class StepContext:
     chunks: ChunkLayout | None  # of the prefill group, if the model has KDA layers
     logit_rows: torch.Tensor  # [num slices with want_logits] last row of each such slice
     workspace: Workspace = field(default_factory=Workspace)  # the model's scratch buffers
+    memo: dict[object, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # per-step values the layers share
 
 
 def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -129,9 +131,14 @@ def _group(
     T: int,
     page_size: int,
     device: torch.device,
-    has_kv: bool,
+    num_pages: int,
 ) -> Group:
-    """Index tensors of the sequences ``ids``, computed with a handful of batched ops."""
+    """Index tensors of the sequences ``ids``, computed with a handful of batched ops.
+
+    ``num_pages`` is the KV pool's (0: the model has no KV cache). Every page id is checked
+    against it here, once per step, so that the layers' gathers (and the C decode kernel, which
+    reads the pool through ``kv_slots`` unchecked) never see a cell outside the pool.
+    """
     lengths = [int(slices[i].token_ids.numel()) for i in ids]
     n = torch.tensor(lengths, dtype=torch.int64, device=device)
     start = torch.tensor([slices[i].start for i in ids], dtype=torch.int64, device=device)
@@ -140,8 +147,10 @@ def _group(
     valid = step < n[:, None]
     context = start + n
     pos = torch.arange(int(context.max()) if ids else 1, device=device)[None, :]
-    if has_kv and ids:  # flat cell of every context position: page_table[p // page_size] * page_size + p % page_size
+    if num_pages and ids:  # flat cell of every context position: page_table[p // page_size] * page_size + p % page_size
         tables = pad_sequence([slices[i].page_table.to(device) for i in ids], batch_first=True)
+        if int(tables.min()) < 0 or int(tables.max()) >= num_pages:
+            raise TokenmillError(f"page ids must be in [0, {num_pages}) (the KV pool's pages)")
         pages = tables.gather(1, (pos // page_size).clamp(max=tables.shape[1] - 1).expand(len(ids), -1))
         cells = pages * page_size + pos % page_size
     else:
@@ -162,6 +171,7 @@ def _group(
         positions=torch.where(valid, start[:, None] + step, 0),
         kv_slots=cells,
         kv_valid=pos < context[:, None],
+        context=context,
         state_slots=torch.tensor([slices[i].state_slot for i in ids], dtype=torch.int64, device=device),
         ckpt_rel=ckpt_rel,
         ckpt_slots=torch.tensor(ckpt_slot, dtype=torch.int64, device=device),
@@ -236,11 +246,11 @@ def build_context(
         offsets.append(T)
         T += int(s.token_ids.numel())
     token_ids = torch.cat([s.token_ids.to(device) for s in slices])
-    has_kv = pools.kv is not None
+    num_pages = pools.kv.shape[1] if pools.kv is not None else 0
     dec = [k for k, s in enumerate(slices) if s.token_ids.numel() == 1]
     pre = [k for k, s in enumerate(slices) if s.token_ids.numel() > 1]
-    decode = _group(slices, dec, offsets, T, pools.page_size, device, has_kv)
-    prefill = _group(slices, pre, offsets, T, pools.page_size, device, has_kv)
+    decode = _group(slices, dec, offsets, T, pools.page_size, device, num_pages)
+    prefill = _group(slices, pre, offsets, T, pools.page_size, device, num_pages)
     only = decode if not pre else prefill if not dec else None
     if only is not None and only.dense:  # one unpadded group: its tables already are the token axis
         positions = only.positions.reshape(-1)

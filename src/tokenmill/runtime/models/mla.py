@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tokenmill.runtime.models import native
 from tokenmill.runtime.models.batch import Group, StepContext, scatter_rows
 from tokenmill.runtime.models.config import ModelConfig
 from tokenmill.runtime.models.ops import linear, rms_norm
@@ -33,6 +34,18 @@ from tokenmill.runtime.models.weights import TensorSpec, new_param, spec
 LATENT_NORM_EPS = 1e-6  # transformers builds q_a_layernorm / kv_a_layernorm without the config eps
 EXPLICIT_SCORES = 1 << 18  # absorbed attention with at most this many scores per sequence: plain bmms
 FORCE_FORM: str | None = None  # "expanded" or "absorbed" overrides the cost model (tests use it)
+NATIVE_DECODE = True  # decode through native.mla_decode where it applies (tests turn it off to compare)
+
+
+def _use_native(flat: torch.Tensor, q: torch.Tensor) -> bool:
+    """The C decode kernel applies to fp32 on the CPU with one torch thread (see ``native``)."""
+    return (
+        NATIVE_DECODE
+        and flat.dtype == q.dtype == torch.float32
+        and flat.device.type == "cpu"
+        and torch.get_num_threads() == 1
+        and native.available()
+    )
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -96,7 +109,12 @@ class MLAttention(nn.Module):
         latent = rms_norm(latent, self.kv_a_layernorm, LATENT_NORM_EPS)
         q_nope, q_pe = q[..., :P], q[..., P:]
         if c.rope is not None and self.inv_freq is not None:
-            cos, sin = cos_sin(self.inv_freq, self.rope_scale, ctx.positions, x.dtype)
+            # Every MLA layer has the same rope (one config): compute cos/sin once per step.
+            key = ("rope", c.rope, self.rope_scale, x.dtype)
+            cs = ctx.memo.get(key)
+            if cs is None:
+                cs = ctx.memo[key] = cos_sin(self.inv_freq, self.rope_scale, ctx.positions, x.dtype)
+            cos, sin = cs
             q_pe = apply_rope(q_pe, cos, sin, c.rope.interleave)
             k_pe = apply_rope(k_pe, cos, sin, c.rope.interleave)
         flat = cache.view(-1, c.kv_width)
@@ -131,10 +149,19 @@ class MLAttention(nn.Module):
         H, P, V, C, R = c.num_heads, c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank, c.qk_rope_head_dim
         B, n = g.rows.shape
         L = g.kv_slots.shape[1]
+        qn, qp = g.gather(q_nope), g.gather(q_pe)  # [B, n, H, *]
+        w_kv = self.kv_b_proj.view(H, P + V, C)
+        if n == 1 and FORCE_FORM != "expanded" and _use_native(flat, q_nope):
+            # Decode through the C kernel: the latents straight from the pool (no gather), and
+            # both absorptions (W_UK into the query, W_UV after the softmax) done per sequence.
+            ws = ctx.workspace.take("mla.native", (H * L + B * H * (2 * C + R),), torch.float32, flat.device)
+            qn1, qp1 = qn.reshape(B, H, P).contiguous(), qp.reshape(B, H, R).contiguous()
+            # build_context checked every page id against the pool: no need to scan the cells again.
+            out = native.mla_decode(flat, g.kv_slots, g.context, qn1, qp1, w_kv, c.softmax_scale, ws, check=False)
+            return out[:, None]
         cells = g.kv_slots.reshape(-1)
         buf = ctx.workspace.take("mla.cached", (B * L, C + R), flat.dtype, flat.device)
         cached = torch.index_select(flat, 0, cells, out=buf).view(B, L, C + R).to(q_nope.dtype)
-        qn, qp = g.gather(q_nope), g.gather(q_pe)  # [B, n, H, *]
         if n == 1:
             allowed = g.kv_valid[:, None, None, :]
         else:
@@ -145,7 +172,6 @@ class MLAttention(nn.Module):
         # Multiply-adds per sequence and head of each form (the shared projections aside).
         expanded = L * C * (P + V) + n * L * (P + R + V)
         absorbed = n * C * (P + V) + n * L * (2 * C + R)
-        w_kv = self.kv_b_proj.view(H, P + V, C)
         if FORCE_FORM == "expanded" or (FORCE_FORM is None and expanded < absorbed):
             kv = linear(cached[..., :C], self.kv_b_proj).view(B, L, H, P + V)
             k = torch.cat([kv[..., :P], cached[:, :, None, C:].expand(B, L, H, R)], dim=-1)
