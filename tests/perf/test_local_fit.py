@@ -140,3 +140,30 @@ def test_fewer_steps_than_constants_is_an_error() -> None:
     with pytest.raises(TokenmillError, match=f"got {len(LOCAL_BOUNDS) - 1}"):
         fit_local(MODEL, MACHINE, LAYOUT, padded)
     assert fit_local(MODEL, MACHINE, LAYOUT, STEPS[: len(LOCAL_BOUNDS)]).steps == len(LOCAL_BOUNDS)
+
+
+def test_class_bias_is_the_median_ratio_of_each_size_class() -> None:
+    from tokenmill.perf.local_fit import size_class
+
+    fit = fit_local(MODEL, MACHINE, LAYOUT, STEPS)
+    by_class: dict[tuple[str, int], list[float]] = {}
+    for (shape, seconds), pred in zip(STEPS, fit.predicted_s, strict=True):
+        by_class.setdefault(size_class(shape), []).append(seconds / pred)
+    assert set(fit.class_bias) == set(by_class)
+    for key, ratios in by_class.items():
+        ratios.sort()
+        n = len(ratios)
+        median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+        assert fit.class_bias[key] == pytest.approx(median, rel=1e-9), key
+
+
+def test_size_classes_split_prefill_tokens_and_decode_requests_by_powers_of_two() -> None:
+    from tokenmill.perf.local_fit import size_class
+
+    assert size_class(BatchShape(decode=(DecodeWork(10),))) == ("decode", 0)
+    assert size_class(BatchShape(decode=tuple(DecodeWork(10) for _ in range(16)))) == ("decode", 4)
+    assert size_class(BatchShape(decode=tuple(DecodeWork(10) for _ in range(17)))) == ("decode", 5)
+    # a step with any prefill is a prefill step, sized by its prefill tokens (2048 → 2¹¹)
+    mixed = BatchShape(prefill=(PrefillWork(2048),), decode=(DecodeWork(5),))
+    assert size_class(mixed) == ("prefill", 11)
+    assert size_class(BatchShape(prefill=(PrefillWork(2049),))) == ("prefill", 12)

@@ -62,13 +62,14 @@ class LocalFit:
     p90_abs_pct_error: float
     total_time_error_pct: float  # predicted total ÷ measured total − 1, in percent
     predicted_s: tuple[float, ...]  # per usable step, in input order (empty and zero-time steps dropped)
+    class_bias: dict[tuple[str, int], float]  # median measured ÷ predicted per size class (size_class)
 
 
 def _stack(features: Sequence[Features]) -> Features:
     return Features(*(np.asarray(col, dtype=np.float64) for col in zip(*features, strict=True)))
 
 
-def _size_class(shape: BatchShape) -> tuple[str, int]:
+def size_class(shape: BatchShape) -> tuple[str, int]:
     """Steps of one kind and one size (powers of two of prefill tokens, or of decoding requests)."""
     if shape.prefill:
         return ("prefill", max(0, shape.prefill_tokens - 1).bit_length())
@@ -79,7 +80,7 @@ def _balanced_weights(shapes: Sequence[BatchShape]) -> np.ndarray:
     """Every size class weighs the same in the loss, however many steps it has: a grid yields
     hundreds of decode steps and full prefill chunks but few short prefills, and those set the
     TTFT of light load."""
-    classes = [_size_class(s) for s in shapes]
+    classes = [size_class(s) for s in shapes]
     counts: dict[tuple[str, int], int] = {}
     for c in classes:
         counts[c] = counts.get(c, 0) + 1
@@ -135,6 +136,9 @@ def fit_local(
 
     pred = _predict(feats, values, base)
     ape = np.abs(pred / measured - 1.0) * 100.0
+    ratios: dict[tuple[str, int], list[float]] = {}
+    for (shape, _), r in zip(usable, measured / pred, strict=True):
+        ratios.setdefault(size_class(shape), []).append(float(r))
     return LocalFit(
         params=base.updated(**values),
         fitted=dict(values),
@@ -144,4 +148,5 @@ def fit_local(
         p90_abs_pct_error=float(np.percentile(ape, 90)),
         total_time_error_pct=float((pred.sum() / measured.sum() - 1.0) * 100.0),
         predicted_s=tuple(float(x) for x in pred),
+        class_bias={k: float(np.median(v)) for k, v in ratios.items()},
     )

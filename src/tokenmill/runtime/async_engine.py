@@ -19,6 +19,7 @@ from tokenmill.core import Request, Status
 from tokenmill.errors import TokenmillError
 from tokenmill.runtime.llm import LLM
 from tokenmill.runtime.sampling import SamplingParams
+from tokenmill.runtime.step_timing import TimedStep, timed_step
 
 
 class QueueFull(Exception):
@@ -49,8 +50,13 @@ def _put_all(items: list[tuple[Stream, TokenEvent]]) -> None:
 
 
 class AsyncEngine:
-    def __init__(self, llm: LLM, max_queue: int = 256, on_first_token=None, on_token_gap=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(  # type: ignore[no-untyped-def]
+        self, llm: LLM, max_queue: int = 256, on_first_token=None, on_token_gap=None, record_steps: bool = False
+    ) -> None:
         self.llm = llm
+        # Every step's shape and wall time, as served (``calibrate local`` compares them with the
+        # same steps run offline: the difference is what serving costs the engine).
+        self.step_log: deque[TimedStep] | None = deque(maxlen=200_000) if record_steps else None
         self.max_queue = max_queue
         self._new: deque[tuple[Stream, list[int], SamplingParams]] = deque()
         self._aborts: deque[str] = deque()
@@ -171,8 +177,12 @@ class AsyncEngine:
             while not self._stop:
                 self._intake()
                 if self.llm.scheduler.has_work:
+                    t0 = time.perf_counter()
                     self.llm.step()
                     self._deliver()
+                    if self.step_log is not None and self.llm.last_batch is not None:
+                        self.step_log.append(timed_step(self.llm.last_batch, time.perf_counter() - t0))
+                        self.llm.last_batch = None
                 else:
                     self._wake.wait(0.05)
                     self._wake.clear()

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from tokenmill.core import Engine, Request, Scheduler, SchedulerConfig, Status
+from tokenmill.core.batch import ScheduledBatch
 from tokenmill.errors import TokenmillError
 from tokenmill.runtime.executor import TorchExecutor
 from tokenmill.runtime.models import allocate_pools, load_model
@@ -119,6 +120,7 @@ class LLM:
         self.engine = Engine(Scheduler(self.config), self.executor)
         self._ids = itertools.count()
         self.now = 0.0
+        self.last_batch: ScheduledBatch | None = None  # the batch of the latest step
 
     @property
     def scheduler(self) -> Scheduler:
@@ -148,6 +150,7 @@ class LLM:
         out = self.engine.step(self.now)
         if out is None:
             return []
+        self.last_batch = out.batch
         self.now = out.end_s
         for req in out.finished:
             self.executor.forget(req.rid)

@@ -88,7 +88,12 @@ def _field_of(error: dict[str, Any]) -> str:
 
 
 def create_app(
-    llm: LLM, served_name: str = "tokenmill", max_queue: int = 256, parser: str = "kimi", drain_timeout_s: float = 30.0
+    llm: LLM,
+    served_name: str = "tokenmill",
+    max_queue: int = 256,
+    parser: str = "kimi",
+    drain_timeout_s: float = 30.0,
+    record_steps: bool = False,
 ) -> FastAPI:
     if parser not in PARSERS:
         raise ValueError(f"unknown parser {parser!r}; known: {', '.join(PARSERS)}")
@@ -101,12 +106,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine_ref["engine"] = AsyncEngine(llm, max_queue, ttft_hist.observe, itl_hist.observe)
+        engine_ref["engine"] = AsyncEngine(llm, max_queue, ttft_hist.observe, itl_hist.observe, record_steps)
         yield
         state["accepting"] = False
         await asyncio.to_thread(engine_ref["engine"].shutdown, drain_timeout_s)
 
     app = FastAPI(title="tokenmill", lifespan=lifespan)
+    app.state.engine_ref = engine_ref  # for in-process tools (calibrate local reads its step log)
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -11,7 +11,10 @@ so their steps do not pay it.)
 CPU time of the server's event-loop thread alone (``pthread_getcpuclockid``: not the engine
 thread). Two runs, one answer token per request and many, separate the two costs: per request
 (read, parse, validate, admit, the last chunk) and per streamed token (detokenise, one SSE chunk,
-the write).
+the write). The second run also records every engine step as served (shape and wall time), so
+the caller can compare them with the same shapes run alone: under load the loop's work and the
+engine's Python take turns on the interpreter lock, which costs the step more than the loop's own
+CPU time.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 
 from tokenmill.errors import TokenmillError
 from tokenmill.runtime.llm import LLM
+from tokenmill.runtime.step_timing import TimedStep
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class StreamCost:
     tokens: int  # streamed in both runs
     loop_cpu_s: float  # of both runs
     requests: int  # of both runs
+    served_steps: tuple[TimedStep, ...] = ()  # the engine's steps, timed as served, in the many-token run
 
 
 def _thread_cpu_s(thread: threading.Thread) -> float:
@@ -46,7 +51,7 @@ def _thread_cpu_s(thread: threading.Thread) -> float:
 def stream_cost_per_token(
     llm: LLM,
     concurrency: int = 16,
-    requests: int = 48,
+    requests: int = 128,
     prompt_tokens: int = 128,
     output_tokens: int = 64,
     seed: int = 0,
@@ -57,7 +62,7 @@ def stream_cost_per_token(
     from tokenmill.runtime.server import create_app
 
     name = "tokenmill-calibrate"
-    app = create_app(llm, served_name=name, max_queue=max(256, concurrency * 2), parser="none")
+    app = create_app(llm, served_name=name, max_queue=max(256, concurrency * 2), parser="none", record_steps=True)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -73,12 +78,15 @@ def stream_cost_per_token(
             time.sleep(0.05)
         url = f"http://127.0.0.1:{port}"
         cpu_one, tok_one = _bench_run(thread, url, name, llm, concurrency, requests, prompt_tokens, 1, seed)
+        log = app.state.engine_ref["engine"].step_log
+        log.clear()
         cpu_many, tok_many = _bench_run(
             thread, url, name, llm, concurrency, requests, prompt_tokens, output_tokens, seed
         )
+        served = tuple(log)
         per_token = max(0.0, (cpu_many - cpu_one) / max(1, tok_many - tok_one))
         per_request = max(0.0, (cpu_one - per_token * tok_one) / requests)
-        return StreamCost(per_token, per_request, tok_one + tok_many, cpu_one + cpu_many, 2 * requests)
+        return StreamCost(per_token, per_request, tok_one + tok_many, cpu_one + cpu_many, 2 * requests, served)
     finally:
         server.should_exit = True
         thread.join(timeout=30)

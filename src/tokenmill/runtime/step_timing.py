@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tokenmill.core.batch import ScheduledBatch
 from tokenmill.runtime.llm import LLM
 from tokenmill.runtime.sampling import SamplingParams
 
@@ -39,6 +40,15 @@ class TimedStep:
     prefill: tuple[tuple[int, int, bool], ...]
     decode: tuple[tuple[int, int], ...]
     seconds: float
+
+
+def timed_step(batch: ScheduledBatch, seconds: float) -> TimedStep:
+    """The shape of ``batch`` as plain numbers (fixed now: the requests change after the step)."""
+    return TimedStep(
+        tuple((p.length, p.start, p.last) for p in batch.prefill),
+        tuple((d.context, d.tokens) for d in batch.decode),
+        seconds,
+    )
 
 
 @dataclass(frozen=True)
@@ -124,10 +134,4 @@ def _run_scenario(llm: LLM, sc: Scenario, rng: random.Random, steps: list[TimedS
         for req in out.finished:
             llm.executor.forget(req.rid)
         if steps is not None:
-            steps.append(
-                TimedStep(
-                    tuple((p.length, p.start, p.last) for p in out.batch.prefill),
-                    tuple((d.context, d.tokens) for d in out.batch.decode),
-                    elapsed,
-                )
-            )
+            steps.append(timed_step(out.batch, elapsed))
