@@ -142,7 +142,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-calibrate", action="store_true", help="Reuse the `cpu` entry measured before.")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_vs_simulate.md")
+    ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "figures" / "bench-vs-simulate.png")
+    ap.add_argument("--redraw", action="store_true", help="Only redraw the figure from the saved rows.")
     args = ap.parse_args()
+    rows_path = args.out.with_suffix(".json")
+    if args.redraw:
+        saved = json.loads(rows_path.read_text())
+        draw(saved["rows"], args.figure, saved["title"])
+        return
     levels = [int(c) for c in args.concurrency.split(",")]
 
     if args.skip_calibrate:
@@ -233,7 +240,18 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report(rows, meta))
-    print(f"wrote {args.out}", file=sys.stderr)
+    title = f"embedded model on this CPU, {args.isl}/{args.osl} tokens, {args.num_prompts} requests per point"
+    rows_path.write_text(json.dumps({"title": title, "rows": rows, "meta": meta}, indent=2) + "\n")
+    draw(rows, args.figure, title)
+    print(f"wrote {args.out}, {rows_path} and {args.figure} (+ .svg)", file=sys.stderr)
+
+
+def draw(rows: list[dict[str, Any]], figure: Path, title: str) -> None:
+    from tokenmill.report.sim_figures import live_vs_simulated_figure
+
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    live_vs_simulated_figure(rows, figure, title)
+    live_vs_simulated_figure(rows, figure.with_suffix(".svg"), title)
 
 
 if __name__ == "__main__":

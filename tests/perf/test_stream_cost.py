@@ -96,3 +96,18 @@ def test_linear_in_sampled_tokens_on_a_cpu(batch: int, stream: float) -> None:
     f = TINY_H200.features(BatchShape(decode=tuple(DecodeWork(500) for _ in range(batch))))
     added = step_total(combine(f, SERIAL.updated(stream_per_token_s=stream))) - step_total(combine(f, SERIAL))
     assert added == pytest.approx(batch * stream, rel=1e-6)
+
+
+def test_gemm_half_rows_slows_small_products_only() -> None:
+    # dense GEMMs of M rows reach M / (M + M½) of their efficiency: with M½ = 16, a 1-row decode
+    # step's compute-bound dense time grows 17×, a 2048-row prefill's by 16/2048 = 0.8 %
+    p = SERIAL.updated(weight_bandwidth_efficiency=1.0)  # keep the weight-streaming roof low
+    for rows, factor in ((1, 17.0), (2048, 1.0 + 16 / 2048)):
+        f = TINY_H200.features(BatchShape(prefill=(PrefillWork(rows),)))
+        flat = combine(f, p)["dense_linear"]
+        curved = combine(f, p.updated(gemm_half_rows=16.0))["dense_linear"]
+        compute = f.dense_flop_s / p.matmul_efficiency
+        if compute >= f.dense_mem_s:  # compute-bound: the whole factor shows
+            assert curved == pytest.approx(flat * factor, rel=1e-9)
+        assert curved >= flat
+    assert PerfParams().gemm_half_rows == 0.0  # the GPU fits: a flat efficiency

@@ -44,9 +44,10 @@ LOCAL_BOUNDS: dict[str, tuple[float, float]] = {
     "prefill_layer_overhead_s": (1e-7, 0.02),
     "decode_layer_overhead_s": (1e-7, 0.02),
     "sampling_per_token_s": (1e-8, 0.01),
+    "gemm_half_rows": (0.5, 4096.0),
 }
 
-SWEEPS = 10
+SWEEPS = 40
 GOLDEN_ITERS = 30
 
 

@@ -63,6 +63,10 @@ class PerfParams:
     # next step while the GPU runs this one: step = max(GPU work, CPU work)); 0 on a CPU device,
     # where the same cores do both (step = GPU work + CPU work).
     cpu_overlap: float = 1.0
+    # Rows M at which a dense GEMM reaches half its large-M efficiency (efficiency × M / (M + M½)):
+    # small products run far below peak on a CPU (decode at 1–64 rows against prefill at 2,048).
+    # 0 = flat, what the GPU fits use (their small-M regime is the weight-streaming roofline).
+    gemm_half_rows: float = 0.0
     # The front end's serial time per request (read, parse and validate the body, admit), where one
     # event loop does it for all clients: requests sent together reach the scheduler one after
     # another (the simulator queues them). Measured by `calibrate local`; 0 elsewhere (the replay's

@@ -8,7 +8,9 @@ recomputing the physics:
    divided by HBM or link bandwidth, and counts (collectives, layers, sampled tokens). They depend
    on the model, the GPU and the layout, never on :class:`PerfParams`.
 2. :func:`combine` turns demands into seconds with the constants: each kernel class is a roofline
-   ``max(flop_s / (efficiency × compute_scale), mem_s / bandwidth_efficiency)``; collectives cost
+   ``max(flop_s / (efficiency × compute_scale), mem_s / bandwidth_efficiency)`` (dense GEMMs of M
+   rows at ``M / (M + gemm_half_rows)`` of their efficiency where that constant is set, as on a
+   CPU; the GPU fits keep it 0, a flat efficiency); collectives cost
    ``count × latency + volume_s / link efficiency``; per-layer launch gaps and sampling add; the
    engine's CPU step overhead overlaps the GPU (``step = max(GPU work, CPU step)``, SGLang's
    overlap scheduler, vLLM's async scheduling, TRT-LLM's overlap), and only its excess shows as
@@ -137,6 +139,7 @@ class Features(NamedTuple):
     xfer_count: Any  # disaggregated KV hand-overs (per-request latency, not a step)
     xfer_bw_s: Any  # their bytes over the link, ideal seconds
     requests: Any  # requests whose fixed latency (HTTP, tokenizer) is counted
+    gemm_rows: Any  # tokens of the step's dense GEMMs (the rows M of the products)
 
 
 FEATURE_NAMES: tuple[str, ...] = Features._fields
@@ -167,9 +170,15 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
     ``request_latency`` are per-request latencies outside the step (non-zero only in the
     pseudo-rows calibration uses for them)."""
     cs = p.compute_scale
+    if p.gemm_half_rows > 0:
+        # A GEMM of M rows reaches M / (M + M½) of its large-M efficiency (0 rows: pseudo-rows).
+        rows = mx(f.gemm_rows, 1.0 + 0.0 * f.gemm_rows)
+        gemm = rows / (rows + p.gemm_half_rows)
+    else:
+        gemm = 1.0
     wb = p.weight_bandwidth_efficiency
     cb = p.cache_bandwidth_efficiency
-    mm = p.matmul_efficiency * cs
+    mm = p.matmul_efficiency * cs * gemm
     att = p.attention_efficiency * cs
     r8, r4 = p.fp8_matmul_ratio, p.fp4_matmul_ratio
     dense_f = f.dense_flop_s + f.dense_flop8_s / r8 + f.dense_flop4_s / r4
@@ -540,6 +549,7 @@ class CostModel:
             0.0,
             0.0,
             0.0,
+            float(tokens),
         )
 
     # --- the step ----------------------------------------------------------------------------

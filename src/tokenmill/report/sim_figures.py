@@ -5,6 +5,7 @@
 - ``attainment_figure``: SLO attainment against the Poisson arrival rate, one line per layout,
   with the target and each layout's sustained rate.
 - ``latency_figure``: mean TTFT and TPOT against closed-loop concurrency, one line per layout.
+- ``live_vs_simulated_figure``: the live server against the simulator on the same workload.
 """
 
 from __future__ import annotations
@@ -113,6 +114,33 @@ def latency_figure(results: dict[str, Any], path: Path, title: str = "") -> Path
     ax1.set_ylabel("mean time per output token (ms)")
     ax2.set_ylabel("mean time to first token (s)")
     fig.suptitle(title or "latency against concurrency")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def live_vs_simulated_figure(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
+    """Mean TPOT and TTFT against concurrency: the live server (with a ±20 % band) and the simulator.
+
+    ``rows``: one per concurrency with ``c``, ``live_ttft``, ``sim_ttft``, ``live_tpot``, ``sim_tpot``
+    (milliseconds), as ``benchmarks/bench_vs_simulate.py`` writes them."""
+    _check_suffix(path)
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    pts = sorted(rows, key=lambda r: r["c"])
+    xs = [r["c"] for r in pts]
+    for ax, key, label in ((axes[0], "tpot", "mean time per output token (ms)"), (axes[1], "ttft", "mean TTFT (ms)")):
+        live = [r[f"live_{key}"] for r in pts]
+        ax.fill_between(xs, [v * 0.8 for v in live], [v * 1.2 for v in live], alpha=0.15, label="live ± 20 %")
+        ax.plot(xs, live, "o-", label="live server (tokenmill bench)")
+        ax.plot(xs, [r[f"sim_{key}"] for r in pts], "s--", label="simulated (tokenmill simulate)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xlabel("concurrent requests (closed loop)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    fig.suptitle(title or "live server against the simulator")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
