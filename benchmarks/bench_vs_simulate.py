@@ -29,27 +29,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tokenmill.cli.local_cmd import simulate_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 TM = str(Path(sys.executable).with_name("tokenmill"))
 # The server's scheduler settings (tokenmill serve's defaults) and the dtype the entry is measured in.
 SERVE = ["--dtype", "bfloat16", "--page-size", "16", "--chunk-tokens", "2048", "--max-running-requests", "64"]
-SIM = [
-    "--model",
-    "kimi-linear-tiny",
-    "--gpu",
-    "cpu",
-    "--gpus",
-    "1",
-    "--page-size",
-    "16",
-    "--chunk-tokens",
-    "2048",
-    "--mixed-chunk",
-    "--pool-budget-gib",
-    "1",
-    "--max-running-requests",
-    "64",
-]
+SIM = simulate_flags()  # the server's scheduler settings (its defaults) as simulate flags
 
 
 def _run_json(cmd: list[str]) -> dict[str, Any]:

@@ -18,25 +18,14 @@ import pytest
 pytest.importorskip("torch")
 
 from tokenmill.cli import main
+from tokenmill.cli.local_cmd import simulate_flags
 from tokenmill.hardware import load_gpu
 from tokenmill.perf.calibrated import local_params
 from tokenmill.perf.local_fit import LOCAL_BOUNDS
 
 SIM_ARGS = (
     "simulate",
-    "--model",
-    "kimi-linear-tiny",
-    "--gpus",
-    "1",
-    "--page-size",
-    "16",
-    "--chunk-tokens",
-    "2048",
-    "--mixed-chunk",
-    "--pool-budget-gib",
-    "1",
-    "--max-running-requests",
-    "64",
+    *[f for f in simulate_flags() if f not in ("--gpu", "cpu")],
     "--workload",
     "random",
     "--isl",

@@ -10,31 +10,17 @@ import math
 
 import pytest
 
+from tests.perf.machines import measured_cpu
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import parse_gpu_toml
-from tokenmill.hardware.local import MachineMeasurements, render_toml
+from tokenmill.hardware.local import render_toml
 from tokenmill.perf import BatchShape, CostModel, DecodeWork, PrefillWork
 from tokenmill.perf.local_fit import LOCAL_BOUNDS, LocalFit, fit_local
 from tokenmill.plan import Layout
 from tokenmill.spec import load_model
 
 MODEL = load_model("kimi-linear-tiny")
-MACHINE = parse_gpu_toml(
-    render_toml(
-        MachineMeasurements(
-            name="cpu",
-            display_name="test CPU",
-            architecture="x86_64",
-            memory_bytes=16 * 1024**3,
-            bandwidth_bytes_per_s=40e9,
-            gemm_flops=400e9,
-            engine_dtype="bfloat16",
-            threads=2,
-            command="test",
-        )
-    ),
-    "cpu.toml",
-)
+MACHINE = parse_gpu_toml(render_toml(measured_cpu()), "cpu.toml")
 LAYOUT = Layout(tp=1, page_size=16)
 
 

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.perf.machines import measured_cpu
 from tokenmill.errors import TokenmillError
-from tokenmill.hardware.local import MachineMeasurements, write_entry
+from tokenmill.hardware.local import write_entry
 from tokenmill.perf import PerfParams
 from tokenmill.perf.calibrated import (
     local_params,
@@ -48,20 +49,7 @@ def shipped() -> dict[str, Any]:
 
 
 def write_cpu_entry(folder: Path) -> None:
-    write_entry(
-        MachineMeasurements(
-            name="cpu",
-            display_name="test CPU",
-            architecture="x86_64",
-            memory_bytes=8 * 1024**3,
-            bandwidth_bytes_per_s=40e9,
-            gemm_flops=400e9,
-            engine_dtype="bfloat16",
-            threads=2,
-            command="test",
-        ),
-        folder,
-    )
+    write_entry(measured_cpu(8 * 1024**3), folder)
 
 
 def test_paths_sit_beside_the_entry(hw: Path, tmp_path: Path) -> None:

@@ -29,6 +29,31 @@ from tokenmill.errors import TokenmillError
 _NAME_HELP = "Name of the entry (--gpu NAME afterwards)."
 
 
+def simulate_flags(
+    gpu: str = "cpu", page_size: int = 16, chunk_tokens: int = 2048, max_running: int = 64, memory_gib: float = 1.0
+) -> list[str]:
+    """``tokenmill simulate`` flags that schedule as ``tokenmill serve`` does with these settings (its
+    defaults): the embedded model's preset, one device, the same pages, chunks, running cap and pool
+    budget, and decodes riding in prefill steps."""
+    return [
+        "--model",
+        "kimi-linear-tiny",
+        "--gpu",
+        gpu,
+        "--gpus",
+        "1",
+        "--page-size",
+        str(page_size),
+        "--chunk-tokens",
+        str(chunk_tokens),
+        "--mixed-chunk",
+        "--pool-budget-gib",
+        f"{memory_gib:g}",
+        "--max-running-requests",
+        str(max_running),
+    ]
+
+
 def _shape(step: Any) -> Any:
     """A timed step (plain tuples) as the cost model's ``BatchShape``."""
     from tokenmill.perf import BatchShape, DecodeWork, PrefillWork
@@ -235,4 +260,5 @@ def local(
     t.add_row("total time error", f"{fit.total_time_error_pct:+.1f} %")
     Console().print(t)
     print(f"wrote {entry_path}, {params_path} and the timed steps {steps_path}")
-    print(f"next: tokenmill simulate --model kimi-linear-tiny --gpu {name} --gpus 1 --page-size {page_size} ...")
+    flags = simulate_flags(name, page_size, chunk_tokens, max_running_requests, memory_gib)
+    print(f"next: tokenmill simulate {' '.join(flags)} --workload ... (as tokenmill serve schedules)")
