@@ -111,3 +111,14 @@ def test_gemm_half_rows_slows_small_products_only() -> None:
             assert curved == pytest.approx(flat * factor, rel=1e-9)
         assert curved >= flat
     assert PerfParams().gemm_half_rows == 0.0  # the GPU fits: a flat efficiency
+
+
+def test_prefill_seq_overhead_is_per_prefilling_sequence() -> None:
+    p = SERIAL.updated(prefill_seq_overhead_s=1e-3)
+    one = TINY_H200.features(BatchShape(prefill=(PrefillWork(512),)))
+    four = TINY_H200.features(BatchShape(prefill=tuple(PrefillWork(128) for _ in range(4))))
+    decode = TINY_H200.features(BatchShape(decode=tuple(DecodeWork(100) for _ in range(4))))
+    for f, seqs in ((one, 1), (four, 4), (decode, 0)):
+        added = step_total(combine(f, p)) - step_total(combine(f, SERIAL))
+        assert added == pytest.approx(seqs * 1e-3, rel=1e-9, abs=1e-15)
+    assert PerfParams().prefill_seq_overhead_s == 0.0

@@ -45,6 +45,7 @@ LOCAL_BOUNDS: dict[str, tuple[float, float]] = {
     "decode_layer_overhead_s": (1e-7, 0.02),
     "sampling_per_token_s": (1e-8, 0.01),
     "gemm_half_rows": (0.5, 4096.0),
+    "prefill_seq_overhead_s": (1e-7, 0.02),
 }
 
 SWEEPS = 40

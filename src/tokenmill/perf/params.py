@@ -67,6 +67,10 @@ class PerfParams:
     # small products run far below peak on a CPU (decode at 1–64 rows against prefill at 2,048).
     # 0 = flat, what the GPU fits use (their small-M regime is the weight-streaming roofline).
     gemm_half_rows: float = 0.0
+    # Per sequence with a prefill chunk in a step: its own attention and state kernels, the padding
+    # of its last linear-attention chunk, its bookkeeping. Fitted on a CPU (`calibrate local`), where
+    # 64 prompts of 32 tokens cost more than 16 of 128; 0 in the GPU fits.
+    prefill_seq_overhead_s: float = 0.0
     # The front end's serial time per request (read, parse and validate the body, admit), where one
     # event loop does it for all clients: requests sent together reach the scheduler one after
     # another (the simulator queues them). Measured by `calibrate local`; 0 elsewhere (the replay's

@@ -140,6 +140,7 @@ class Features(NamedTuple):
     xfer_bw_s: Any  # their bytes over the link, ideal seconds
     requests: Any  # requests whose fixed latency (HTTP, tokenizer) is counted
     gemm_rows: Any  # tokens of the step's dense GEMMs (the rows M of the products)
+    prefill_seqs: Any  # sequences with a prefill chunk in the step
 
 
 FEATURE_NAMES: tuple[str, ...] = Features._fields
@@ -202,6 +203,7 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
         f.prefill_layers * p.prefill_layer_overhead_s
         + f.decode_layers * p.decode_layer_overhead_s
         + f.sampled * p.sampling_per_token_s
+        + f.prefill_seqs * p.prefill_seq_overhead_s
     )
     work = launch
     for key in STEP_KEYS[:-1]:
@@ -550,6 +552,7 @@ class CostModel:
             0.0,
             0.0,
             float(tokens),
+            float(len(pre)),
         )
 
     # --- the step ----------------------------------------------------------------------------

@@ -29,7 +29,9 @@ _KNOWN = {f.name for f in fields(PerfParams)}
 #: Constants for which 0 is meaningful: no front-end cost (an engine with its own detokeniser
 #: process), no overlap of the CPU step with the device's work (a CPU device runs both), a flat
 #: GEMM efficiency.
-_ZERO_ALLOWED = frozenset({"stream_per_token_s", "front_end_per_request_s", "cpu_overlap", "gemm_half_rows"})
+_ZERO_ALLOWED = frozenset(
+    {"stream_per_token_s", "front_end_per_request_s", "cpu_overlap", "gemm_half_rows", "prefill_seq_overhead_s"}
+)
 
 
 def _param_values(obj: Any, what: str, source: str, allow_zero: bool) -> dict[str, float]:
