@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -95,7 +96,8 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"- machine: {meta['machine']}",
         f"- command: `{meta['command']}`",
         f"- workload: random, {meta['isl']}-token prompts, {meta['osl']} output tokens, "
-        f"{meta['num_prompts']} requests per point, closed loop, seed {meta['seed']}",
+        f"{meta['num_prompts']} requests per point, closed loop, seed {meta['seed']}; live: the mean of "
+        f"{meta['reps']} runs per point (all points once, then again), each run's value in brackets",
         f"- calibration (`tokenmill calibrate local`, {meta['calibration'].get('measured_at', '?')}): "
         f"GEMM {meta['calibration'].get('gemm_tflops', 0) * 1000:.0f} GFLOP/s, "
         f"copy {meta['calibration'].get('memory_bandwidth_gb_s', 0):.1f} GB/s, "
@@ -111,9 +113,11 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     ]
     for r in rows:
         ok = abs(r["ttft_err"]) <= 20 and abs(r["tpot_err"]) <= 20
+        ttft_runs = "/".join(f"{v:.0f}" for v in r["live_ttft_runs"])
+        tpot_runs = "/".join(f"{v:.2f}" for v in r["live_tpot_runs"])
         lines.append(
-            f"| {r['c']} | {r['live_ttft']:.1f} | {r['sim_ttft']:.1f} | {r['ttft_err']:+.1f} % "
-            f"| {r['live_tpot']:.2f} | {r['sim_tpot']:.2f} | {r['tpot_err']:+.1f} % "
+            f"| {r['c']} | {r['live_ttft']:.1f} ({ttft_runs}) | {r['sim_ttft']:.1f} | {r['ttft_err']:+.1f} % "
+            f"| {r['live_tpot']:.2f} ({tpot_runs}) | {r['sim_tpot']:.2f} | {r['tpot_err']:+.1f} % "
             f"| {r['live_tput']:.0f} | {r['sim_tput']:.0f} | {'yes' if ok else 'no'} |"
         )
     return "\n".join(lines) + "\n"
@@ -126,6 +130,7 @@ def main() -> None:
     ap.add_argument("--isl", type=int, default=128)
     ap.add_argument("--osl", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reps", type=int, default=2, help="Live runs per point (interleaved); their mean is compared.")
     ap.add_argument("--skip-calibrate", action="store_true", help="Reuse the `cpu` entry measured before.")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_vs_simulate.md")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "figures" / "bench-vs-simulate.png")
@@ -151,10 +156,10 @@ def main() -> None:
     serve = [TM, "serve", "--port", str(port), *SERVE]
     print(f"== {' '.join(serve)}", file=sys.stderr)
     proc = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    live: dict[int, dict[str, Any]] = {}
+    live: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
     try:
         _wait_health(port, proc)
-        for c in levels:
+        for rep, c in ((r, c) for r in range(args.reps) for c in levels):
             bench = [
                 TM,
                 "bench",
@@ -168,10 +173,11 @@ def main() -> None:
                 "4096",
                 *workload_args(args.isl, args.osl, c, args.seed),
             ]
-            print(f"== bench at concurrency {c}", file=sys.stderr)
-            live[c] = _run_json(bench)
-            if live[c]["completed"] != args.num_prompts:
-                raise SystemExit(f"bench at {c}: {live[c]['failed']} failed: {live[c].get('errors', [])[:3]}")
+            print(f"== bench at concurrency {c} (run {rep + 1} of {args.reps})", file=sys.stderr)
+            got = _run_json(bench)
+            if got["completed"] != args.num_prompts:
+                raise SystemExit(f"bench at {c}: {got['failed']} failed: {got.get('errors', [])[:3]}")
+            live[c].append(got)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -188,10 +194,13 @@ def main() -> None:
                 *workload_args(args.isl, args.osl, c, args.seed),
             ]
         )
-        lv = live[c]
+        runs = live[c]
+        lv = {k: statistics.fmean(r[k] for r in runs) for k in ("mean_ttft_ms", "mean_tpot_ms", "output_throughput")}
         rows.append(
             {
                 "c": c,
+                "live_ttft_runs": [r["mean_ttft_ms"] for r in runs],
+                "live_tpot_runs": [r["mean_tpot_ms"] for r in runs],
                 "live_ttft": lv["mean_ttft_ms"],
                 "sim_ttft": sim["mean_ttft_ms"],
                 "ttft_err": error_pct(sim["mean_ttft_ms"], lv["mean_ttft_ms"]),
@@ -214,6 +223,7 @@ def main() -> None:
         f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}",
         "command": "python benchmarks/bench_vs_simulate.py" + (" --skip-calibrate" if args.skip_calibrate else ""),
         "isl": args.isl,
+        "reps": args.reps,
         "osl": args.osl,
         "num_prompts": args.num_prompts,
         "seed": args.seed,

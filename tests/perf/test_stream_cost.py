@@ -122,3 +122,18 @@ def test_prefill_seq_overhead_is_per_prefilling_sequence() -> None:
         added = step_total(combine(f, p)) - step_total(combine(f, SERIAL))
         assert added == pytest.approx(seqs * 1e-3, rel=1e-9, abs=1e-15)
     assert PerfParams().prefill_seq_overhead_s == 0.0
+
+
+def test_padded_prefill_costs_every_chunk_as_the_longest() -> None:
+    # a padded engine computes attention for a 2,000-token chunk and a 48-token one as two of 2,000
+    # (and linear attention in whole 64-token chunks); variable-length kernels pay for what is there
+    mixed = TINY_H200.features(BatchShape(prefill=(PrefillWork(2000), PrefillWork(48))))
+    twice = TINY_H200.features(BatchShape(prefill=(PrefillWork(2000), PrefillWork(2000))))
+    alone = TINY_H200.features(BatchShape(prefill=(PrefillWork(2000),)))
+    # two chunks of 2,000, the linear-attention part rounded up to 32 chunks of 64 (2,048)
+    assert twice.pre_attn_flop_s <= mixed.pre_attn_flop_pad_s <= 1.03 * twice.pre_attn_flop_s
+    assert mixed.pre_attn_flop_s < 1.1 * alone.pre_attn_flop_s
+    varlen = combine(mixed, SERIAL)["prefill_attention"]
+    padded = combine(mixed, SERIAL.updated(padded_prefill=1.0))["prefill_attention"]
+    assert padded > 1.8 * varlen
+    assert PerfParams().padded_prefill == 0.0  # the GPU engines: variable-length kernels

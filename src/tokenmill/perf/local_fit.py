@@ -109,8 +109,9 @@ def fit_local(
     usable = [(s, t) for s, t in steps if not s.is_empty and t > 0]
     if len(usable) < len(LOCAL_BOUNDS):
         raise TokenmillError(f"need at least {len(LOCAL_BOUNDS)} timed steps to fit, got {len(usable)}")
-    # A CPU runs the model and the scheduler on the same cores: nothing overlaps.
-    base = base or PerfParams(cpu_overlap=0.0)
+    # A CPU runs the model and the scheduler on the same cores: nothing overlaps. tokenmill's engine
+    # pads a step's prefill chunks to the longest.
+    base = base or PerfParams(cpu_overlap=0.0, padded_prefill=1.0)
     cost = CostModel(model, machine, layout, base)
     feats = _stack([cost.features(s) for s, _ in usable])
     measured = np.array([t for _, t in usable])

@@ -71,6 +71,10 @@ class PerfParams:
     # of its last linear-attention chunk, its bookkeeping. Fitted on a CPU (`calibrate local`), where
     # 64 prompts of 32 tokens cost more than 16 of 128; 0 in the GPU fits.
     prefill_seq_overhead_s: float = 0.0
+    # 1: the engine pads the prefill chunks of a step to the longest one for attention and linear
+    # attention (tokenmill's engine: one [sequences, longest] table); 0: variable-length kernels
+    # (SGLang, vLLM, TRT-LLM), what the GPU fits use.
+    padded_prefill: float = 0.0
     # The front end's serial time per request (read, parse and validate the body, admit), where one
     # event loop does it for all clients: requests sent together reach the scheduler one after
     # another (the simulator queues them). Measured by `calibrate local`; 0 elsewhere (the replay's

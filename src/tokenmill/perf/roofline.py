@@ -58,12 +58,12 @@ What the demands count (per step, busiest GPU):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tokenmill.hardware import GPU
-from tokenmill.perf.batch import BatchShape
+from tokenmill.perf.batch import BatchShape, PrefillWork
 from tokenmill.perf.params import PerfParams
 from tokenmill.plan.cache_sizes import DSPARK_DRAFT_PARAMS, cache_sizes
 from tokenmill.plan.layout import Layout
@@ -141,6 +141,8 @@ class Features(NamedTuple):
     requests: Any  # requests whose fixed latency (HTTP, tokenizer) is counted
     gemm_rows: Any  # tokens of the step's dense GEMMs (the rows M of the products)
     prefill_seqs: Any  # sequences with a prefill chunk in the step
+    pre_attn_flop_pad_s: Any  # prefill attention if every chunk were padded to the step's longest
+    pre_attn_mem_pad_s: Any
 
 
 FEATURE_NAMES: tuple[str, ...] = Features._fields
@@ -188,7 +190,10 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
         "dense_linear": mx(dense_f / mm, f.dense_mem_s / wb),
         "routed_experts": mx(moe_f / (p.moe_matmul_efficiency * cs), f.moe_mem_s / wb),
         "lm_head": mx(f.head_flop_s / mm, f.head_mem_s / wb),
-        "prefill_attention": mx(f.pre_attn_flop_s / att, f.pre_attn_mem_s / cb),
+        "prefill_attention": mx(
+            (f.pre_attn_flop_s + p.padded_prefill * (f.pre_attn_flop_pad_s - f.pre_attn_flop_s)) / att,
+            (f.pre_attn_mem_s + p.padded_prefill * (f.pre_attn_mem_pad_s - f.pre_attn_mem_s)) / cb,
+        ),
         "decode_attention": mx(f.dec_attn_flop_s / att, f.dec_attn_mem_s / cb),
     }
     lat, nlat = p.collective_latency_s, p.network_latency_s
@@ -404,6 +409,39 @@ class CostModel:
         return min(float(ep), 1.0 + math.sqrt(2.0 * math.log(ep) / mu))
 
     # --- demands -----------------------------------------------------------------------------
+    def _prefill_attention(self, pre: Sequence[PrefillWork], chunk_pad: bool = False) -> tuple[float, float]:
+        """FLOPs and bytes of the attention and linear-attention layers for prefill chunks ``pre``
+        (``chunk_pad``: each chunk's linear-attention work rounded up to whole chunks of the
+        chunked form, as a padded implementation computes them)."""
+        pre_f = pre_b = 0.0
+        if self.model.mla is not None and self._mla_layers:
+            n, h = self._mla_layers, self._mla_heads
+            for w in pre:
+                pairs = w.new_tokens * w.context + w.new_tokens * (w.new_tokens + 1) / 2
+                pre_f += n * 2.0 * h * (pairs * self._mla_qkv + w.context * self._mla_expand)
+                pre_b += n * w.context * self._mla_width * self._kv_b
+        if self.model.gqa is not None and (self._gqa_layers or self._swa_layers):
+            h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
+            for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
+                if not layers:
+                    continue
+                for w in pre:
+                    ctx = w.context if window is None else min(w.context, window)
+                    span = w.new_tokens if window is None else min(w.new_tokens, window)
+                    pairs = w.new_tokens * ctx + w.new_tokens * (span + 1) / 2
+                    if window is not None and w.new_tokens > window:
+                        pairs = w.new_tokens * window
+                    pre_f += layers * 4.0 * pairs * h * hd
+                    pre_b += layers * ctx * 2 * kvh * hd * self._kv_b
+        if self._lin_state_rw:
+            if chunk_pad:
+                pre_tokens = sum(-(-w.new_tokens // _KDA_CHUNK) * _KDA_CHUNK for w in pre)
+            else:
+                pre_tokens = sum(w.new_tokens for w in pre)
+            pre_f += self._lin_pre_flops * pre_tokens
+            pre_b += self._lin_pre_bytes_per_token * pre_tokens + self._lin_state_rw * len(pre)
+        return pre_f, pre_b
+
     def features(self, shape: BatchShape) -> Features:
         """Resource demands of one step (see the module docstring); zeros for an empty batch."""
         if shape.is_empty:
@@ -440,16 +478,18 @@ class CostModel:
         moe_mem = experts.mem_s * self.experts_touched_fraction(tokens)
         head_flop = sum(head.per_token(logit_tokens, logit_tokens))
 
-        # attention
-        pre_f = pre_b = dec_f = dec_b = 0.0
+        # attention: prefill as the chunks are, and padded to the longest chunk of the step
+        pre_f, pre_b = self._prefill_attention(pre)
+        if pre:
+            longest = PrefillWork(max(pre_lengths), max(w.context for w in pre))
+            pad_f, pad_b = self._prefill_attention([longest] * len(pre), chunk_pad=True)
+        else:
+            pad_f, pad_b = pre_f, pre_b
+        dec_f = dec_b = 0.0
         dcp = lay.dcp
         if self.model.mla is not None and self._mla_layers:
             n = self._mla_layers
             h = self._mla_heads
-            for w in pre:
-                pairs = w.new_tokens * w.context + w.new_tokens * (w.new_tokens + 1) / 2
-                pre_f += n * 2.0 * h * (pairs * self._mla_qkv + w.context * self._mla_expand)
-                pre_b += n * w.context * self._mla_width * self._kv_b
             dec_f += n * 2.0 * h * self._mla_dec * ctx_tok
             dec_b += n * self._mla_width * self._kv_b * ctx_sum / dcp
         if self.model.gqa is not None and (self._gqa_layers or self._swa_layers):
@@ -457,14 +497,6 @@ class CostModel:
             for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
                 if not layers:
                     continue
-                for w in pre:
-                    ctx = w.context if window is None else min(w.context, window)
-                    span = w.new_tokens if window is None else min(w.new_tokens, window)
-                    pairs = w.new_tokens * ctx + w.new_tokens * (span + 1) / 2
-                    if window is not None and w.new_tokens > window:
-                        pairs = w.new_tokens * window
-                    pre_f += layers * 4.0 * pairs * h * hd
-                    pre_b += layers * ctx * 2 * kvh * hd * self._kv_b
                 if window is None:
                     c_tok, c_sum = ctx_tok, ctx_sum
                 else:
@@ -473,8 +505,6 @@ class CostModel:
                 dec_f += layers * 4.0 * h * hd * c_tok
                 dec_b += layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
         if self._lin_state_rw:
-            pre_f += self._lin_pre_flops * pre_tokens
-            pre_b += self._lin_pre_bytes_per_token * pre_tokens + self._lin_state_rw * len(pre)
             dec_f += self._lin_dec_flops * dec_tokens
             dec_b += self._lin_state_rw * n_dec
         bf16, hbm = self._bf16, self._hbm
@@ -553,6 +583,8 @@ class CostModel:
             0.0,
             float(tokens),
             float(len(pre)),
+            pad_f * pre_share / bf16,
+            pad_b * pre_share / hbm,
         )
 
     # --- the step ----------------------------------------------------------------------------

@@ -30,7 +30,14 @@ _KNOWN = {f.name for f in fields(PerfParams)}
 #: process), no overlap of the CPU step with the device's work (a CPU device runs both), a flat
 #: GEMM efficiency.
 _ZERO_ALLOWED = frozenset(
-    {"stream_per_token_s", "front_end_per_request_s", "cpu_overlap", "gemm_half_rows", "prefill_seq_overhead_s"}
+    {
+        "stream_per_token_s",
+        "front_end_per_request_s",
+        "cpu_overlap",
+        "gemm_half_rows",
+        "prefill_seq_overhead_s",
+        "padded_prefill",
+    }
 )
 
 
