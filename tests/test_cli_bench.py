@@ -12,8 +12,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
+from tests.cli_helpers import cli
 from tests.workload.test_bench_client import FakeServer, free_port
-from tokenmill.cli import main
 from tokenmill.cli.bench_cmd import _build_workload
 
 TRACE = Path(__file__).parent / "workload" / "fixtures" / "bench_sessions.jsonl"
@@ -46,16 +46,6 @@ def server() -> Iterator[FakeServer]:
 def fake(server: FakeServer) -> FakeServer:
     server.reset()
     return server
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def bench_args(srv: FakeServer, *extra: str, model: str = "ttft=0.01;itl=0.002") -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.cli import main
+from tests.cli_helpers import cli
 
 FIXTURES = Path(__file__).parent / "workload" / "fixtures"
 BENCH_KEYS = {"completed", "duration", "request_throughput", "input_throughput", "output_throughput"} | {
@@ -21,16 +21,6 @@ EXTRA_KEYS = {
     "prefix_cache_hit_rate",
     "evictions",
 }
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_simulate_json_has_bench_serving_and_slo_keys(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.cli import main
+from tests.cli_helpers import cli
 
 MODELS = str(resources.files("tokenmill.spec") / "presets")
 COLUMNS = [
@@ -188,16 +188,6 @@ ROWS = [
         "silicon_tpot_ms": "7",
     },
 ]
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def write(path: Path, rows: list[dict[str, str]], columns: list[str]) -> Path:

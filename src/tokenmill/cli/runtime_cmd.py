@@ -25,6 +25,25 @@ CacheOpt = Annotated[bool, typer.Option("--prefix-cache/--no-prefix-cache")]
 RatioOpt = Annotated[float | None, typer.Option("--pool-ratio", help="State pool ÷ KV pool bytes.")]
 
 
+_ENGINE_FLAGS = (
+    "dtype",
+    "memory_gib",
+    "num_pages",
+    "num_state_slots",
+    "page_size",
+    "chunk_tokens",
+    "max_running_requests",
+    "prefix_cache",
+    "pool_ratio",
+    "seed",
+)
+
+
+def _engine_options_from(values: dict[str, Any]) -> Any:
+    """The engine flags a command declares (``generate``, ``serve``), read from its arguments."""
+    return _engine_options(**{k: values[k] for k in _ENGINE_FLAGS})
+
+
 def _engine_options(
     dtype: str,
     memory_gib: float,
@@ -104,18 +123,7 @@ def generate(
     params = SamplingParams(
         max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, ignore_eos=ignore_eos
     )
-    opts = _engine_options(
-        dtype,
-        memory_gib,
-        num_pages,
-        num_state_slots,
-        page_size,
-        chunk_tokens,
-        max_running_requests,
-        prefix_cache,
-        pool_ratio,
-        seed,
-    )
+    opts = _engine_options_from(locals())
     llm = LLM(model, opts)
     prompts: list[list[int]] | list[str] = [ids] if ids is not None else [prompt or ""]
     out = llm.generate(prompts, params)[0]
@@ -165,18 +173,7 @@ def serve(
 
     if parser not in PARSERS:
         raise TokenmillError(f"--parser must be one of {'|'.join(PARSERS)} (got {parser!r})")
-    opts = _engine_options(
-        dtype,
-        memory_gib,
-        num_pages,
-        num_state_slots,
-        page_size,
-        chunk_tokens,
-        max_running_requests,
-        prefix_cache,
-        pool_ratio,
-        seed,
-    )
+    opts = _engine_options_from(locals())
     llm = LLM(model, opts)
     name = served_model_name or (Path(str(model)).name if model else "tokenmill-default")
     app = create_app(llm, served_name=name, max_queue=max_queue, parser=parser)

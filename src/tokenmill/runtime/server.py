@@ -147,6 +147,13 @@ def create_app(
             ignore_eos=body.ignore_eos or body.min_tokens >= max_tokens,
         )
 
+    def _start(body: Any, ids: list[int], default_max: int) -> Stream | JSONResponse:
+        """Sampling parameters from the body, then the request into the engine (or the 4xx/5xx)."""
+        params = _params(body, len(ids), default_max)
+        if isinstance(params, JSONResponse):
+            return params
+        return _submit(ids, params)
+
     def _submit(ids: list[int], params: SamplingParams) -> Stream | JSONResponse:
         if not state["accepting"]:
             return JSONResponse(
@@ -266,10 +273,7 @@ def create_app(
             return JSONResponse(
                 error_body(f"prompt: token ids must be in [0, {llm.model.vocab_size})", "prompt"), status_code=400
             )
-        params = _params(body, len(ids), 16)
-        if isinstance(params, JSONResponse):
-            return params
-        stream = _submit(ids, params)
+        stream = _start(body, ids, 16)
         if isinstance(stream, JSONResponse):
             return stream
         rid, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
@@ -344,10 +348,7 @@ def create_app(
                 ),
                 status_code=500,
             )
-        params = _params(body, len(ids), 1024)
-        if isinstance(params, JSONResponse):
-            return params
-        stream = _submit(ids, params)
+        stream = _start(body, ids, 1024)
         if isinstance(stream, JSONResponse):
             return stream
         rid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
