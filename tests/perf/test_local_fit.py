@@ -146,10 +146,13 @@ def test_class_bias_is_the_median_ratio_of_each_size_class() -> None:
 def test_size_classes_split_prefill_tokens_and_decode_requests_by_powers_of_two() -> None:
     from tokenmill.perf.local_fit import size_class
 
-    assert size_class(BatchShape(decode=(DecodeWork(10),))) == ("decode", 0)
-    assert size_class(BatchShape(decode=tuple(DecodeWork(10) for _ in range(16)))) == ("decode", 4)
-    assert size_class(BatchShape(decode=tuple(DecodeWork(10) for _ in range(17)))) == ("decode", 5)
-    # a step with any prefill is a prefill step, sized by its prefill tokens (2048 → 2¹¹)
+    assert size_class(BatchShape(decode=(DecodeWork(10),))) == ("decode", 0, 0)
+    assert size_class(BatchShape(decode=tuple(DecodeWork(10) for _ in range(16)))) == ("decode", 4, 0)
+    assert size_class(BatchShape(decode=tuple(DecodeWork(10) for _ in range(17)))) == ("decode", 5, 0)
+    # a step with any prefill is a prefill step, sized by its prefill tokens (2048 → 2¹¹) and its
+    # prefilling sequences (1 → 2⁰, 16 → 2⁴)
     mixed = BatchShape(prefill=(PrefillWork(2048),), decode=(DecodeWork(5),))
-    assert size_class(mixed) == ("prefill", 11)
-    assert size_class(BatchShape(prefill=(PrefillWork(2049),))) == ("prefill", 12)
+    assert size_class(mixed) == ("prefill", 11, 0)
+    assert size_class(BatchShape(prefill=(PrefillWork(2049),))) == ("prefill", 12, 0)
+    sixteen = BatchShape(prefill=tuple(PrefillWork(128) for _ in range(16)))
+    assert size_class(sixteen) == ("prefill", 11, 4)

@@ -137,3 +137,21 @@ def test_padded_prefill_costs_every_chunk_as_the_longest() -> None:
     padded = combine(mixed, SERIAL.updated(padded_prefill=1.0))["prefill_attention"]
     assert padded > 1.8 * varlen
     assert PerfParams().padded_prefill == 0.0  # the GPU engines: variable-length kernels
+
+
+def test_linear_chunk_step_is_paid_per_chunk_of_the_longest_prompt() -> None:
+    # kimi-linear-tiny has 3 KDA layers; the chunked scan carries the state through a prompt's
+    # 64-token chunks one after another: a 2,000-token chunk is 32 chunk steps per layer whatever
+    # rides along, sixteen 128-token chunks are 2, a decode step none
+    p = SERIAL.updated(linear_chunk_step_s=1e-4)
+    cases = (
+        (BatchShape(prefill=(PrefillWork(2000), PrefillWork(48))), 3 * 32),
+        (BatchShape(prefill=tuple(PrefillWork(128) for _ in range(16))), 3 * 2),
+        (BatchShape(prefill=(PrefillWork(1),)), 3 * 1),
+        (BatchShape(decode=tuple(DecodeWork(100) for _ in range(16))), 0),
+    )
+    for shape, chunk_steps in cases:
+        f = TINY_H200.features(shape)
+        added = step_total(combine(f, p)) - step_total(combine(f, SERIAL))
+        assert added == pytest.approx(chunk_steps * 1e-4, rel=1e-9, abs=1e-15), shape
+    assert PerfParams().linear_chunk_step_s == 0.0  # the GPU fits: fused chunk kernels

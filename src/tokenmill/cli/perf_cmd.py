@@ -45,6 +45,13 @@ def predict(
     osl: Annotated[int, typer.Option("--osl", help="Output tokens per request.")] = 1024,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (closed loop).")] = 1,
     backend: BackendOpt = "sglang",
+    backend_version: Annotated[
+        str | None,
+        typer.Option(
+            "--backend-version",
+            help="Engine release whose fitted constants to use (e.g. 0.19.0 for vllm); default: the engine's.",
+        ),
+    ] = None,
     accept_length: Annotated[
         float | None, typer.Option("--accept-length", help="Tokens accepted per verify pass (default: 2.7 DSPARK).")
     ] = None,
@@ -60,7 +67,7 @@ def predict(
     plan = build_plan(model, gpu, gpus, layout_flags or {})
     if not plan.fits:
         raise TokenmillError(f"does not fit: {plan.reason}")
-    params, notes = load_table(params_file).resolve(plan.gpu.name, b)
+    params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
     pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
     out = pred.to_dict()
     if json_out:
@@ -147,7 +154,12 @@ def _print_score(result: dict[str, Any], silicon: bool) -> None:
             "disaggregated rows without batch sizes (1 prefill + 1 decode worker assumed)",
             {"assumed": result["assumed_disagg"]},
         )
-    for key, title in (("by_model", "by model"), ("by_system", "by system"), ("by_backend", "by engine")):
+    for key, title in (
+        ("by_model", "by model"),
+        ("by_system", "by system"),
+        ("by_backend", "by engine"),
+        ("by_version", "by engine version"),
+    ):
         table(title, result[key])
     if result["skipped_reasons"]:
         console.print("skipped: " + "; ".join(f"{n} × {r}" for r, n in result["skipped_reasons"].items()))

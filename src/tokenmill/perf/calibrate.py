@@ -33,7 +33,7 @@ import numpy as np
 
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU, load_gpu
-from tokenmill.perf.calibrated import ParamTable
+from tokenmill.perf.calibrated import ParamTable, version_key
 from tokenmill.perf.measurements import RowSpec, Skip, interpret, model_for_row
 from tokenmill.perf.optimize import golden_section
 from tokenmill.perf.params import BOUNDS, ENGINE_FIELDS, GLOBAL_FIELDS, GPU_FIELDS, PerfParams
@@ -56,6 +56,7 @@ class RowPrediction:
     system: str = ""
     backend: str = ""
     mode: str = ""
+    version: str = ""
     fully_specified: bool = True
     measured_ttft_ms: float | None = None
     measured_tpot_ms: float | None = None
@@ -88,6 +89,7 @@ def predict_spec(spec: RowSpec, table: ParamTable, record: bool = False) -> RowP
         system=spec.system,
         backend=spec.backend,
         mode=spec.mode,
+        version=spec.version,
         fully_specified=spec.fully_specified,
         measured_ttft_ms=spec.ttft_ms,
         measured_tpot_ms=spec.tpot_ms,
@@ -95,7 +97,7 @@ def predict_spec(spec: RowSpec, table: ParamTable, record: bool = False) -> RowP
     )
     try:
         gpu = load_gpu(spec.system)
-        params, pnotes = table.resolve(gpu.name, spec.backend)
+        params, pnotes = table.resolve(gpu.name, spec.backend, spec.version)
         out.notes += pnotes
         if spec.agg is not None:
             plan = _fitting_plan(spec, gpu, spec.agg.layout)
@@ -140,6 +142,7 @@ def predict_row(row: dict[str, str], models_dir: str, table: ParamTable, record:
             system=r.get("system", ""),
             backend=r.get("backend", ""),
             mode=r.get("mode", ""),
+            version=(r.get("backend_version") or "").strip(),
             fully_specified=_row_fully_specified(r),
         )
     return predict_spec(it, table, record)
@@ -227,6 +230,7 @@ def score(preds: list[RowPrediction]) -> dict[str, Any]:
         ("by_system", lambda p: p.system),
         ("by_backend", lambda p: p.backend),
         ("by_system_backend", lambda p: f"{p.system}/{p.backend}"),
+        ("by_version", lambda p: version_key(p.backend, p.version or "unversioned")),
         ("by_mode", lambda p: p.mode),
     ):
         groups: dict[str, list[RowPrediction]] = {}
@@ -254,6 +258,7 @@ class _Subset:
     sync: np.ndarray
     gpu: np.ndarray  # GPU index per sub-row
     eng: np.ndarray  # engine index per sub-row
+    ver: np.ndarray  # engine-version index per sub-row (-1: the engine's constants)
     meas_ttft: np.ndarray
     meas_tpot: np.ndarray
     n_rows: int
@@ -275,6 +280,8 @@ class FitData:
     row_eng: np.ndarray
     meas_ttft: np.ndarray  # seconds
     meas_tpot: np.ndarray
+    versions: list[str] = field(default_factory=list)  # "engine@version" with constants of its own
+    row_ver: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # index or -1
 
     def subset(self, rows_mask: np.ndarray) -> _Subset:
         keep_rows = np.flatnonzero(rows_mask)
@@ -291,6 +298,7 @@ class FitData:
             self.sync[sub],
             self.row_gpu[self.row[sub]],
             self.row_eng[self.row[sub]],
+            self.row_ver[self.row[sub]],
             self.meas_ttft[keep_rows],
             self.meas_tpot[keep_rows],
             len(keep_rows),
@@ -315,11 +323,18 @@ class FitData:
             self.row_eng[idx],
             self.meas_ttft[idx],
             self.meas_tpot[idx],
+            self.versions,
+            self.row_ver[idx],
         )
 
 
+#: An engine version gets constants of its own when the fit has at least this many of its rows.
+MIN_VERSION_ROWS = 20
+
+
 def collect(preds: Iterable[RowPrediction]) -> FitData:
-    """Fit data from recorded predictions (rows without a recording or measurement are left out)."""
+    """Fit data from recorded predictions (rows without a recording or measurement are left out).
+    Rows of an engine version with ``MIN_VERSION_ROWS`` or more rows are marked with it."""
     gpus: list[str] = []
     engines: list[str] = []
     feats: list[np.ndarray] = []
@@ -329,6 +344,7 @@ def collect(preds: Iterable[RowPrediction]) -> FitData:
     syncs: list[np.ndarray] = []
     row_gpu: list[int] = []
     row_eng: list[int] = []
+    row_ver_key: list[str] = []
     mt: list[float] = []
     mp: list[float] = []
     ids: list[str] = []
@@ -350,10 +366,17 @@ def collect(preds: Iterable[RowPrediction]) -> FitData:
         syncs.append(rec.sync)
         row_gpu.append(gpus.index(g))
         row_eng.append(engines.index(p.backend))
+        row_ver_key.append(version_key(p.backend, p.version) if p.version else "")
         mt.append(p.measured_ttft_ms / 1e3)
         mp.append(p.measured_tpot_ms / 1e3)
     if not ids:
         raise TokenmillError("no row could be replayed with measurements: nothing to fit")
+    counts: dict[str, int] = {}
+    for key in row_ver_key:
+        if key:
+            counts[key] = counts.get(key, 0) + 1
+    versions = sorted(k for k, n in counts.items() if n >= MIN_VERSION_ROWS)
+    row_ver = np.asarray([versions.index(k) if k in versions else -1 for k in row_ver_key], dtype=np.int64)
     return FitData(
         gpus,
         engines,
@@ -367,6 +390,8 @@ def collect(preds: Iterable[RowPrediction]) -> FitData:
         np.asarray(row_eng),
         np.asarray(mt),
         np.asarray(mp),
+        versions,
+        row_ver,
     )
 
 
@@ -391,13 +416,29 @@ class _Params:
             k: np.array([table.backends.get(e, {}).get(k, getattr(prior, k)) for e in data.engines])
             for k in ENGINE_FIELDS
         }
+        # a version's constants start from (and are pulled towards) its engine's
+        self.ver_eng = [data.engines.index(v.split("@", 1)[0]) for v in data.versions]
+        self.ver = {
+            k: np.array(
+                [
+                    table.versions.get(v, {}).get(k, self.eng[k][e])
+                    for v, e in zip(data.versions, self.ver_eng, strict=True)
+                ]
+            )
+            for k in ENGINE_FIELDS
+        }
 
-    def view(self, s: _Subset) -> SimpleNamespace:
+    def view(self, s: _Subset, versions: bool = False) -> SimpleNamespace:
+        """The constants of every sub-row of ``s``: its GPU's and engine's (and, with
+        ``versions``, its engine version's where it has them)."""
         ns = SimpleNamespace(**self.glob)
         for k, v in self.gpu.items():
             setattr(ns, k, v[s.gpu])
         for k, v in self.eng.items():
-            setattr(ns, k, v[s.eng])
+            vals = v[s.eng]
+            if versions and len(self.ver_eng):
+                vals = np.where(s.ver >= 0, self.ver[k][np.maximum(s.ver, 0)], vals)
+            setattr(ns, k, vals)
         return ns
 
     def table(self, data: FitData, meta: dict[str, Any]) -> ParamTable:
@@ -406,6 +447,7 @@ class _Params:
             gpus={g: {k: float(self.gpu[k][i]) for k in GPU_FIELDS} for i, g in enumerate(data.gpus)},
             backends={e: {k: float(self.eng[k][i]) for k in ENGINE_FIELDS} for i, e in enumerate(data.engines)},
             meta=meta,
+            versions={v: {k: float(self.ver[k][i]) for k in ENGINE_FIELDS} for i, v in enumerate(data.versions)},
         )
 
 
@@ -457,7 +499,7 @@ class _Coordinate:
         self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
         self.log_prior = log_prior
         self.pull = PRIOR_WEIGHT * s.n_rows
-        self.ns = cur.view(s)
+        self.ns = cur.view(s, versions=scope == "ver")
 
     def get(self) -> float:
         cur, key = self.cur, self.key
@@ -465,6 +507,8 @@ class _Coordinate:
             return float(cur.glob[key])
         if self.scope == "eng":
             return float(cur.eng[key][self.i])
+        if self.scope == "ver":
+            return float(cur.ver[key][self.i])
         return float(np.exp(np.mean(np.log(cur.gpu[key][self.members]))))
 
     def put(self, v: float) -> None:
@@ -473,9 +517,12 @@ class _Coordinate:
             cur.glob[key] = v
         elif self.scope == "eng":
             cur.eng[key][self.i] = v
+        elif self.scope == "ver":
+            cur.ver[key][self.i] = v
         else:
             cur.gpu[key][self.members] = v
-        setattr(self.ns, key, v)  # the subset is one GPU's, architecture's or engine's rows: one value
+        # the subset is one GPU's, architecture's, engine's or engine version's rows: one value
+        setattr(self.ns, key, v)
 
     def objective(self, logv: float) -> float:
         self.put(math.exp(logv))
@@ -555,8 +602,36 @@ def fit_constants(
         history.append(total())
         if log:
             log(f"sweep {sweep + 1}: loss {history[-1]:.2f} (rows {len(data.ids)})")
-    meta = {"fit_rows": len(data.ids), "loss_before": round(before, 4), "loss_after": round(history[-1], 4)}
+    meta: dict[str, Any] = {
+        "fit_rows": len(data.ids),
+        "loss_before": round(before, 4),
+        "loss_after": round(history[-1], 4),
+    }
+    if data.versions and not set(ENGINE_FIELDS) <= set(fixed):
+        after = _fit_versions(data, cur, sweeps, fixed)
+        meta["loss_after_versions"] = round(after, 4)
+        if log:
+            log(f"engine versions ({len(data.versions)}): loss {after:.2f}")
     return cur.table(data, meta), FitReport(before, history[-1], len(data.ids), sweeps, history)
+
+
+def _fit_versions(data: FitData, cur: _Params, sweeps: int, fixed: Sequence[str] = ()) -> float:
+    """The engine constants of each engine version with rows enough (``collect``), on its rows
+    only, everything else held: the engine's constants describe the engine across its releases
+    (and any release not fitted), a version's refine them and are pulled towards them, not
+    towards the priors. Returns the loss over all rows with the version constants in place."""
+    by_ver = [data.subset(data.row_ver == i) for i in range(len(data.versions))]
+    for sweep in range(sweeps):
+        for i, s in enumerate(by_ver):
+            if s.n_rows == 0:
+                continue
+            for key in ENGINE_FIELDS:
+                if key in fixed:
+                    continue
+                log_prior = math.log(float(cur.eng[key][cur.ver_eng[i]]))
+                _Coordinate(cur, s, "ver", key, i, [i], log_prior).update(sweep)
+    everything = data.subset(np.ones(len(data.ids), dtype=bool))
+    return _loss(*_predict(everything, cur.view(everything, versions=True)), everything)
 
 
 def select_rows(rows: Sequence[dict[str, str]], max_rows: int | None) -> list[dict[str, str]]:

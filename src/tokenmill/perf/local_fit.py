@@ -5,9 +5,10 @@ so the fit is direct: the cost model turns each timed step's batch into resource
 (``CostModel.features``, with the machine's measured FLOP/s and bandwidth as the "GPU"), and
 cyclic coordinate descent in log space (golden section per constant) finds the efficiencies and
 overheads that minimise the squared log error of the step times. Each size class of step (prefill
-steps by powers of two of their tokens, decode steps by powers of two of their requests) weighs
-the same, so the many decode steps and full prefill chunks of a grid do not drown the short
-prefills that set the TTFT of light load.
+steps by powers of two of their tokens and of their sequences, decode steps by powers of two of
+their requests) weighs the same, so the many decode steps and full prefill chunks of a grid do not
+drown the short prefills that set the TTFT of light load, nor one long prompt the many short ones
+that arrive together under load.
 
 The fitted constants are the same physical quantities as on a GPU (achieved fraction of the
 measured GEMM rate and memory bandwidth by kernel class, per-layer launch gaps, per-token
@@ -46,6 +47,7 @@ LOCAL_BOUNDS: dict[str, tuple[float, float]] = {
     "sampling_per_token_s": (1e-8, 0.01),
     "gemm_half_rows": (0.5, 4096.0),
     "prefill_seq_overhead_s": (1e-7, 0.02),
+    "linear_chunk_step_s": (1e-8, 0.01),
 }
 
 SWEEPS = 40
@@ -64,18 +66,20 @@ class LocalFit:
     p90_abs_pct_error: float
     total_time_error_pct: float  # predicted total ÷ measured total − 1, in percent
     predicted_s: tuple[float, ...]  # per usable step, in input order (empty and zero-time steps dropped)
-    class_bias: dict[tuple[str, int], float]  # median measured ÷ predicted per size class (size_class)
+    class_bias: dict[tuple[str, int, int], float]  # median measured ÷ predicted per size class (size_class)
 
 
 def _stack(features: Sequence[Features]) -> Features:
     return Features(*(np.asarray(col, dtype=np.float64) for col in zip(*features, strict=True)))
 
 
-def size_class(shape: BatchShape) -> tuple[str, int]:
-    """Steps of one kind and one size (powers of two of prefill tokens, or of decoding requests)."""
+def size_class(shape: BatchShape) -> tuple[str, int, int]:
+    """Steps of one kind and one size: prefill steps by powers of two of their prefill tokens and of
+    their prefilling sequences (one prompt of 2,048 tokens and sixteen of 128 are different work:
+    a long scan against many short ones), decode steps by powers of two of their requests."""
     if shape.prefill:
-        return ("prefill", max(0, shape.prefill_tokens - 1).bit_length())
-    return ("decode", max(0, len(shape.decode) - 1).bit_length())
+        return ("prefill", max(0, shape.prefill_tokens - 1).bit_length(), max(0, len(shape.prefill) - 1).bit_length())
+    return ("decode", max(0, len(shape.decode) - 1).bit_length(), 0)
 
 
 def _balanced_weights(shapes: Sequence[BatchShape]) -> np.ndarray:
@@ -83,7 +87,7 @@ def _balanced_weights(shapes: Sequence[BatchShape]) -> np.ndarray:
     hundreds of decode steps and full prefill chunks but few short prefills, and those set the
     TTFT of light load."""
     classes = [size_class(s) for s in shapes]
-    counts: dict[tuple[str, int], int] = {}
+    counts: dict[tuple[str, int, int], int] = {}
     for c in classes:
         counts[c] = counts.get(c, 0) + 1
     w = np.array([1.0 / counts[c] for c in classes])
@@ -139,7 +143,7 @@ def fit_local(
 
     pred = _predict(feats, values, base)
     ape = np.abs(pred / measured - 1.0) * 100.0
-    ratios: dict[tuple[str, int], list[float]] = {}
+    ratios: dict[tuple[str, int, int], list[float]] = {}
     for (shape, _), r in zip(usable, measured / pred, strict=True):
         ratios.setdefault(size_class(shape), []).append(float(r))
     return LocalFit(

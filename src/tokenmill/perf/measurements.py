@@ -94,6 +94,7 @@ class RowSpec:
     notes: tuple[str, ...] = ()
     ttft_ms: float | None = None
     tpot_ms: float | None = None
+    version: str = ""  # backend_version ("" when the row does not say)
 
     @property
     def gpus(self) -> int:
@@ -279,6 +280,7 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
         "osl": osl,
         "ttft_ms": _float(row, "silicon_ttft_ms"),
         "tpot_ms": _float(row, "silicon_tpot_ms"),
+        "version": (row.get("backend_version") or "").strip(),
     }
     if mode == "agg":
         role, note, reason = _role(row, "", kv, gpu, mode)

@@ -75,6 +75,12 @@ class PerfParams:
     # attention (tokenmill's engine: one [sequences, longest] table); 0: variable-length kernels
     # (SGLang, vLLM, TRT-LLM), what the GPU fits use.
     padded_prefill: float = 0.0
+    # Per step of the chunked linear-attention scan, per layer: the chunks of a prompt are carried
+    # through the state one after another, so a step's prefill pays its longest chunk's number of
+    # 64-token chunks in sequence (two small batched products each), however many prompts ride
+    # along. On a CPU (`calibrate local`) one 2,000-token prompt costs more than sixteen of 128 for
+    # that reason; 0 in the GPU fits (a fused kernel hides it).
+    linear_chunk_step_s: float = 0.0
     # The front end's serial time per request (read, parse and validate the body, admit), where one
     # event loop does it for all clients: requests sent together reach the scheduler one after
     # another (the simulator queues them). Measured by `calibrate local`; 0 elsewhere (the replay's

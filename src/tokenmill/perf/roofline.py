@@ -143,6 +143,7 @@ class Features(NamedTuple):
     prefill_seqs: Any  # sequences with a prefill chunk in the step
     pre_attn_flop_pad_s: Any  # prefill attention if every chunk were padded to the step's longest
     pre_attn_mem_pad_s: Any
+    linear_chunk_steps: Any  # linear-attention layers × chunks of the step's longest prefill chunk
 
 
 FEATURE_NAMES: tuple[str, ...] = Features._fields
@@ -209,6 +210,7 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
         + f.decode_layers * p.decode_layer_overhead_s
         + f.sampled * p.sampling_per_token_s
         + f.prefill_seqs * p.prefill_seq_overhead_s
+        + f.linear_chunk_steps * p.linear_chunk_step_s
     )
     work = launch
     for key in STEP_KEYS[:-1]:
@@ -585,6 +587,7 @@ class CostModel:
             float(len(pre)),
             pad_f * pre_share / bf16,
             pad_b * pre_share / hbm,
+            float(self._linear_layers * -(-max(pre_lengths) // _KDA_CHUNK)) if pre else 0.0,
         )
 
     # --- the step ----------------------------------------------------------------------------

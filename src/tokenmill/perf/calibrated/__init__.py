@@ -1,12 +1,14 @@
 """Fitted constants, shipped as data (``params.json``), and how a (GPU, engine) pair reads them.
 
-``params.json`` holds three tables: ``global`` (fields fitted once), ``gpus`` (per GPU kind, by
-catalog name) and ``backends`` (per engine multipliers). ``tokenmill calibrate fit`` rewrites it;
-the command that produced it is stored in the file.
+``params.json`` holds four tables: ``global`` (fields fitted once), ``gpus`` (per GPU kind, by
+catalog name), ``backends`` (per engine constants) and ``versions`` (the engine constants of one
+engine version, ``vllm@0.19.0``, where the measurements hold enough rows of it: engines change
+their host overheads and kernels from release to release). ``tokenmill calibrate fit`` rewrites
+it; the command that produced it is stored in the file.
 
 Fallbacks, always reported in the notes: a GPU without fitted values takes those of the fitted
 GPU of the same architecture (GB300 → B300), else the priors of ``PerfParams``; an engine without
-fitted multipliers takes 1.0 (the prior).
+fitted constants takes the priors; a version without fitted constants takes its engine's.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ _ZERO_ALLOWED = frozenset(
         "gemm_half_rows",
         "prefill_seq_overhead_s",
         "padded_prefill",
+        "linear_chunk_step_s",
     }
 )
 
@@ -73,6 +76,8 @@ class ParamTable:
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
     backends: dict[str, dict[str, float]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Engine constants of one engine version ("vllm@0.19.0"), refining the engine's (``resolve``).
+    versions: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +85,7 @@ class ParamTable:
             "global": {k: self.global_[k] for k in sorted(self.global_)},
             "gpus": {g: {k: v[k] for k in sorted(v)} for g, v in sorted(self.gpus.items())},
             "backends": {b: {k: v[k] for k in sorted(v)} for b, v in sorted(self.backends.items())},
+            "versions": {b: {k: v[k] for k in sorted(v)} for b, v in sorted(self.versions.items())},
         }
 
     @classmethod
@@ -92,6 +98,7 @@ class ParamTable:
             gpus={g: table(v, f"gpus.{g}") for g, v in (data.get("gpus") or {}).items()},
             backends={b: table(v, f"backends.{b}") for b, v in (data.get("backends") or {}).items()},
             meta=dict(data.get("meta") or {}),
+            versions={b: _version_values(b, v, source) for b, v in (data.get("versions") or {}).items()},
         )
 
     def write(self, path: Path | str) -> None:
@@ -103,10 +110,12 @@ class ParamTable:
             {g: dict(v) for g, v in self.gpus.items()},
             {b: dict(v) for b, v in self.backends.items()},
             dict(self.meta),
+            {b: dict(v) for b, v in self.versions.items()},
         )
 
-    def resolve(self, gpu: str, backend: str | None) -> tuple[PerfParams, list[str]]:
-        """The constants for ``gpu`` (a catalog name) under ``backend``, and where they came from."""
+    def resolve(self, gpu: str, backend: str | None, version: str | None = None) -> tuple[PerfParams, list[str]]:
+        """The constants for ``gpu`` (a catalog name) under ``backend`` (at ``version``, where that
+        version has fitted engine constants; else the engine's), and where they came from."""
         notes: list[str] = []
         values: dict[str, float] = dict(self.global_)
         if self.global_ and len(self.global_) < len(GLOBAL_FIELDS):
@@ -126,9 +135,33 @@ class ParamTable:
                 values.update(self.backends[backend])
             else:
                 notes.append(f"engine {backend}: not calibrated; multipliers {', '.join(ENGINE_FIELDS)} = 1 (prior)")
+            if version:
+                key = version_key(backend, version)
+                if key in self.versions:
+                    values.update(self.versions[key])
+                else:
+                    notes.append(f"{backend} {version}: no constants fitted for this version; the engine's")
         else:
             notes.append(f"no engine given: multipliers {', '.join(ENGINE_FIELDS)} = 1 (prior)")
         return PerfParams(**values), notes
+
+
+def version_key(backend: str, version: str) -> str:
+    """The key of an engine version's constants: ``vllm@0.19.0``."""
+    return f"{backend.strip().lower()}@{version.strip()}"
+
+
+def _version_values(key: str, obj: Any, source: str) -> dict[str, float]:
+    if "@" not in key:
+        raise TokenmillError(f"{source}: versions.{key}: the key must be ENGINE@VERSION (e.g. vllm@0.19.0)")
+    values = _param_values(obj, f"versions.{key}", source, allow_zero=False)
+    extra = sorted(set(values) - set(ENGINE_FIELDS))
+    if extra:
+        raise TokenmillError(
+            f"{source}: versions.{key}: only engine constants ({', '.join(ENGINE_FIELDS)}) are fitted per version, "
+            f"got {', '.join(extra)}"
+        )
+    return values
 
 
 def _same_architecture(gpu: str, fitted: dict[str, dict[str, float]]) -> str | None:
