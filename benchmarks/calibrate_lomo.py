@@ -1,6 +1,8 @@
 """Leave-one-model-out: refit without a model's rows, predict them, compare with the in-sample error.
 
-Run: ``.venv/bin/python benchmarks/calibrate_lomo.py [--max-rows N] [--sweeps S] [--jobs J]``
+Run: ``.venv/bin/python benchmarks/calibrate_lomo.py [--max-rows N] [--sweeps S] [--jobs J]
+[--params FILE --versions]`` (the second form: in-sample constants from FILE, and the refits give
+engine versions constants of their own, as ``calibrate fit --versions`` does).
 
 1. Replay every fully specified row once with the shipped constants, recording the steps (the
    in-sample predictions come from this same replay).
@@ -44,6 +46,8 @@ def main() -> None:
     ap.add_argument("--sweeps", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--params", default=None, help="In-sample constants (default: the shipped ones).")
+    ap.add_argument("--versions", action="store_true", help="Fit engine constants per version too (fit --versions).")
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows, _ = read_measurements(args.measurements)
@@ -53,9 +57,9 @@ def main() -> None:
         if (r.get("mode") != "disagg" or (r.get("prefill_batch_size") and r.get("decode_batch_size")))
         and r.get("silicon_ttft_ms")
     ]
-    shipped = load_table()
+    shipped = load_table(args.params)
     preds = predict_rows(full, args.models_dir, shipped, record=True, jobs=args.jobs)
-    data = collect(preds)
+    data = collect(preds, versions=args.versions)
     fam = {r["id"]: family(r["model_path"], args.models_dir) for r in full}
     row_fam = np.array([fam[i] for i in data.ids])
     results = []

@@ -80,7 +80,9 @@ def test_the_fit_gives_a_version_with_rows_enough_its_own_constants() -> None:
     assert MIN_VERSION_ROWS == 20
     fast, slow = _rows("1.0", 1.0, 20), _rows("2.0", 1.5, 20)
     few = _rows("3.0", 1.0, 5)  # under MIN_VERSION_ROWS: the engine's constants
-    table, _, data = fit(fast + slow + few, MODELS, ParamTable(), rounds=1, sweeps=2)
+    plain, _, none = fit(fast + slow + few, MODELS, ParamTable(), rounds=1, sweeps=1)
+    assert none.versions == [] and plain.versions == {}  # off unless asked for
+    table, _, data = fit(fast + slow + few, MODELS, ParamTable(), rounds=1, sweeps=2, versions=True)
     assert data.versions == ["vllm@1.0", "vllm@2.0"]
     assert set(table.versions) == {"vllm@1.0", "vllm@2.0"}
     assert "loss_after_versions" in table.meta and table.meta["loss_after_versions"] < table.meta["loss_after"]

@@ -221,6 +221,14 @@ def fit(
     rounds: Annotated[int, typer.Option("--rounds", help="Replay-then-fit rounds.")] = 2,
     sweeps: Annotated[int, typer.Option("--sweeps", help="Coordinate-descent sweeps per round.")] = 5,
     jobs: JobsOpt = 1,
+    versions: Annotated[
+        bool,
+        typer.Option(
+            "--versions",
+            help="Also fit engine constants per engine version with 20+ rows (in-sample use: they learn "
+            "one campaign where a version ran one model; docs/perf.md §5).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Fit the constants per GPU kind and engine to the measured rows; write them as JSON."""
@@ -250,6 +258,7 @@ def fit(
             jobs=max(1, jobs),
             log=log,
             progress=bar,
+            versions=versions,
         )
     argv = ["tokenmill", "calibrate", "fit", "--measurements", str(measurements), "--models-dir", str(models_dir)]
     if max_rows is not None:
@@ -258,6 +267,8 @@ def fit(
         argv += ["--rounds", str(rounds)]
     if sweeps != 5:
         argv += ["--sweeps", str(sweeps)]
+    if versions:
+        argv.append("--versions")
     fitted.meta.update({"command": " ".join(argv), "measurements_rows": len(rows)})
     target = out if out is not None else shipped_path()
     try:

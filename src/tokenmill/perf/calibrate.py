@@ -12,9 +12,10 @@
   TPOT by cyclic coordinate descent in log space, one constant at a time (a 7-point grid around
   the current value, then golden-section search inside the best bracket, inside each constant's
   physical bounds). A constant of one GPU kind or one engine is scored on that GPU's or engine's
-  rows only. Replay and fit alternate ``rounds`` times (the replay's step sequence hardly moves
-  with the constants; the second round absorbs what does). Deterministic: rows are processed in a
-  fixed order and the optimiser has no randomness.
+  rows only; then each engine version with rows enough gets its own engine constants, as factors
+  on its engine's (``_fit_versions``). Replay and fit alternate ``rounds`` times (the replay's
+  step sequence hardly moves with the constants; the second round absorbs what does).
+  Deterministic: rows are processed in a fixed order and the optimiser has no randomness.
 """
 
 from __future__ import annotations
@@ -332,9 +333,10 @@ class FitData:
 MIN_VERSION_ROWS = 20
 
 
-def collect(preds: Iterable[RowPrediction]) -> FitData:
+def collect(preds: Iterable[RowPrediction], versions: bool = False) -> FitData:
     """Fit data from recorded predictions (rows without a recording or measurement are left out).
-    Rows of an engine version with ``MIN_VERSION_ROWS`` or more rows are marked with it."""
+    With ``versions``, rows of an engine version with ``MIN_VERSION_ROWS`` or more rows are marked
+    with it, and the fit gives that version engine constants of its own."""
     gpus: list[str] = []
     engines: list[str] = []
     feats: list[np.ndarray] = []
@@ -375,8 +377,8 @@ def collect(preds: Iterable[RowPrediction]) -> FitData:
     for key in row_ver_key:
         if key:
             counts[key] = counts.get(key, 0) + 1
-    versions = sorted(k for k, n in counts.items() if n >= MIN_VERSION_ROWS)
-    row_ver = np.asarray([versions.index(k) if k in versions else -1 for k in row_ver_key], dtype=np.int64)
+    fitted = sorted(k for k, n in counts.items() if n >= MIN_VERSION_ROWS) if versions else []
+    row_ver = np.asarray([fitted.index(k) if k in fitted else -1 for k in row_ver_key], dtype=np.int64)
     return FitData(
         gpus,
         engines,
@@ -390,7 +392,7 @@ def collect(preds: Iterable[RowPrediction]) -> FitData:
         np.asarray(row_eng),
         np.asarray(mt),
         np.asarray(mp),
-        versions,
+        fitted,
         row_ver,
     )
 
@@ -416,29 +418,38 @@ class _Params:
             k: np.array([table.backends.get(e, {}).get(k, getattr(prior, k)) for e in data.engines])
             for k in ENGINE_FIELDS
         }
-        # a version's constants start from (and are pulled towards) its engine's
+        # An engine version's constants are its engine's times a factor (1 until fitted; the last
+        # slot is the factor of rows without a fitted version, index -1, and stays 1).
         self.ver_eng = [data.engines.index(v.split("@", 1)[0]) for v in data.versions]
-        self.ver = {
+        self.fac = {
             k: np.array(
                 [
-                    table.versions.get(v, {}).get(k, self.eng[k][e])
+                    table.versions.get(v, {}).get(k, self.eng[k][e]) / self.eng[k][e]
                     for v, e in zip(data.versions, self.ver_eng, strict=True)
                 ]
+                + [1.0]
             )
             for k in ENGINE_FIELDS
         }
 
-    def view(self, s: _Subset, versions: bool = False) -> SimpleNamespace:
-        """The constants of every sub-row of ``s``: its GPU's and engine's (and, with
-        ``versions``, its engine version's where it has them)."""
+    def engine_values(self, key: str, s: _Subset) -> np.ndarray:
+        """An engine constant for every sub-row of ``s``: its engine's value times its version's
+        factor, inside the constant's bounds (a share stays a share)."""
+        lo, hi = BOUNDS[key]
+        out: np.ndarray = np.clip(self.eng[key][s.eng] * self.fac[key][s.ver], lo, hi)
+        return out
+
+    def version_value(self, key: str, i: int) -> float:
+        lo, hi = BOUNDS[key]
+        return float(min(max(self.eng[key][self.ver_eng[i]] * self.fac[key][i], lo), hi))
+
+    def view(self, s: _Subset) -> SimpleNamespace:
+        """The constants of every sub-row of ``s``: its GPU's, its engine's, its version's."""
         ns = SimpleNamespace(**self.glob)
         for k, v in self.gpu.items():
             setattr(ns, k, v[s.gpu])
-        for k, v in self.eng.items():
-            vals = v[s.eng]
-            if versions and len(self.ver_eng):
-                vals = np.where(s.ver >= 0, self.ver[k][np.maximum(s.ver, 0)], vals)
-            setattr(ns, k, vals)
+        for k in self.eng:
+            setattr(ns, k, self.engine_values(k, s))
         return ns
 
     def table(self, data: FitData, meta: dict[str, Any]) -> ParamTable:
@@ -447,7 +458,7 @@ class _Params:
             gpus={g: {k: float(self.gpu[k][i]) for k in GPU_FIELDS} for i, g in enumerate(data.gpus)},
             backends={e: {k: float(self.eng[k][i]) for k in ENGINE_FIELDS} for i, e in enumerate(data.engines)},
             meta=meta,
-            versions={v: {k: float(self.ver[k][i]) for k in ENGINE_FIELDS} for i, v in enumerate(data.versions)},
+            versions={v: {k: self.version_value(k, i) for k in ENGINE_FIELDS} for i, v in enumerate(data.versions)},
         )
 
 
@@ -499,7 +510,7 @@ class _Coordinate:
         self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
         self.log_prior = log_prior
         self.pull = PRIOR_WEIGHT * s.n_rows
-        self.ns = cur.view(s, versions=scope == "ver")
+        self.ns = cur.view(s)
 
     def get(self) -> float:
         cur, key = self.cur, self.key
@@ -508,7 +519,7 @@ class _Coordinate:
         if self.scope == "eng":
             return float(cur.eng[key][self.i])
         if self.scope == "ver":
-            return float(cur.ver[key][self.i])
+            return cur.version_value(key, self.i)
         return float(np.exp(np.mean(np.log(cur.gpu[key][self.members]))))
 
     def put(self, v: float) -> None:
@@ -518,11 +529,13 @@ class _Coordinate:
         elif self.scope == "eng":
             cur.eng[key][self.i] = v
         elif self.scope == "ver":
-            cur.ver[key][self.i] = v
+            cur.fac[key][self.i] = v / cur.eng[key][cur.ver_eng[self.i]]
         else:
             cur.gpu[key][self.members] = v
-        # the subset is one GPU's, architecture's, engine's or engine version's rows: one value
-        setattr(self.ns, key, v)
+        if self.scope in ("eng", "ver"):  # the engine's rows carry their versions' factors
+            setattr(self.ns, key, cur.engine_values(key, self.s))
+        else:  # the subset is all rows, or one GPU's or architecture's: one value
+            setattr(self.ns, key, v)
 
     def objective(self, logv: float) -> float:
         self.put(math.exp(logv))
@@ -617,9 +630,11 @@ def fit_constants(
 
 def _fit_versions(data: FitData, cur: _Params, sweeps: int, fixed: Sequence[str] = ()) -> float:
     """The engine constants of each engine version with rows enough (``collect``), on its rows
-    only, everything else held: the engine's constants describe the engine across its releases
-    (and any release not fitted), a version's refine them and are pulled towards them, not
-    towards the priors. Returns the loss over all rows with the version constants in place."""
+    only, everything else held. A version's constant is its engine's times a factor, pulled towards
+    1 (towards the engine's value, not the prior): the engine's constants describe the engine
+    across its releases (and any release not fitted), a version's say how one release differs;
+    the next round's fit of the GPU, engine and global constants sees the factors, so those
+    constants are net of what the releases differ by. Returns the loss over all rows."""
     by_ver = [data.subset(data.row_ver == i) for i in range(len(data.versions))]
     for sweep in range(sweeps):
         for i, s in enumerate(by_ver):
@@ -631,7 +646,7 @@ def _fit_versions(data: FitData, cur: _Params, sweeps: int, fixed: Sequence[str]
                 log_prior = math.log(float(cur.eng[key][cur.ver_eng[i]]))
                 _Coordinate(cur, s, "ver", key, i, [i], log_prior).update(sweep)
     everything = data.subset(np.ones(len(data.ids), dtype=bool))
-    return _loss(*_predict(everything, cur.view(everything, versions=True)), everything)
+    return _loss(*_predict(everything, cur.view(everything)), everything)
 
 
 def select_rows(rows: Sequence[dict[str, str]], max_rows: int | None) -> list[dict[str, str]]:
@@ -659,15 +674,23 @@ def fit(
     jobs: int = 1,
     log: Callable[[str], None] | None = None,
     progress: Progress | None = None,
+    versions: bool = False,
 ) -> tuple[ParamTable, FitReport, FitData]:
-    """Replay (recording) and fit, ``rounds`` times. Only fully specified rows with measurements."""
+    """Replay (recording) and fit, ``rounds`` times. Only fully specified rows with measurements.
+    ``versions``: also fit engine constants per engine version (``collect``); off by default,
+    because in the calibration file most versions ran one model's campaign, so their constants
+    learn that campaign rather than the release (docs/perf.md §5 shows what that does to a model
+    held out). Without it, versions in the start table are dropped."""
+    if not versions:
+        table = table.copy()
+        table.versions = {}
     usable = [r for r in rows if _row_fully_specified(r) and (r.get("silicon_ttft_ms") or "").strip()]
     chosen = select_rows(usable, max_rows)
     report: FitReport | None = None
     data: FitData | None = None
     for rnd in range(rounds):
         preds = predict_rows(chosen, models_dir, table, record=True, jobs=jobs, progress=progress)
-        data = collect(preds)
+        data = collect(preds, versions=versions)
         if log:
             log(f"round {rnd + 1}: {len(data.ids)} rows replayed, {len(data.row)} recorded steps")
         table, report = fit_constants(data, table, sweeps=sweeps, log=log)

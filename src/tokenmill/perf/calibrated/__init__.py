@@ -80,13 +80,15 @@ class ParamTable:
     versions: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "meta": self.meta,
             "global": {k: self.global_[k] for k in sorted(self.global_)},
             "gpus": {g: {k: v[k] for k in sorted(v)} for g, v in sorted(self.gpus.items())},
             "backends": {b: {k: v[k] for k in sorted(v)} for b, v in sorted(self.backends.items())},
-            "versions": {b: {k: v[k] for k in sorted(v)} for b, v in sorted(self.versions.items())},
         }
+        if self.versions:  # only tables fitted with --versions have them
+            out["versions"] = {b: {k: v[k] for k in sorted(v)} for b, v in sorted(self.versions.items())}
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any], source: str = "params") -> ParamTable:
