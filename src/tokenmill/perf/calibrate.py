@@ -441,7 +441,7 @@ class _Params:
 
     def version_value(self, key: str, i: int) -> float:
         lo, hi = BOUNDS[key]
-        return float(min(max(self.eng[key][self.ver_eng[i]] * self.fac[key][i], lo), hi))
+        return float(np.clip(self.eng[key][self.ver_eng[i]] * self.fac[key][i], lo, hi))
 
     def view(self, s: _Subset) -> SimpleNamespace:
         """The constants of every sub-row of ``s``: its GPU's, its engine's, its version's."""
@@ -532,7 +532,8 @@ class _Coordinate:
             cur.fac[key][self.i] = v / cur.eng[key][cur.ver_eng[self.i]]
         else:
             cur.gpu[key][self.members] = v
-        if self.scope in ("eng", "ver"):  # the engine's rows carry their versions' factors
+        if self.scope == "ver" or (self.scope == "eng" and cur.ver_eng):
+            # the engine's rows carry their versions' factors (without fitted versions: one value)
             setattr(self.ns, key, cur.engine_values(key, self.s))
         else:  # the subset is all rows, or one GPU's or architecture's: one value
             setattr(self.ns, key, v)

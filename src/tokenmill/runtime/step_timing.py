@@ -142,7 +142,7 @@ def _combine_passes(first: Sequence[TimedStep], second: Sequence[TimedStep]) -> 
     return out
 
 
-def _run_scenario(llm: LLM, sc: Scenario, rng: random.Random, steps: list[TimedStep] | None) -> None:
+def _run_scenario(llm: LLM, sc: Scenario, rng: random.Random, steps: list[TimedStep]) -> None:
     llm.scheduler.flush_cache()
     vocab = llm.model.vocab_size
     eos = llm.tokenizer.eos_token_id
@@ -159,5 +159,4 @@ def _run_scenario(llm: LLM, sc: Scenario, rng: random.Random, steps: list[TimedS
         llm.now = out.end_s
         for req in out.finished:
             llm.executor.forget(req.rid)
-        if steps is not None:
-            steps.append(timed_step(out.batch, elapsed))
+        steps.append(timed_step(out.batch, elapsed))
