@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from tokenmill.perf.calibrate import fit, predict_rows, score
+from tokenmill.perf.calibrate import _tie_groups, fit, predict_rows, score
 from tokenmill.perf.calibrated import ParamTable, load_table, params_for
 from tokenmill.perf.measurements import RowSpec, Skip, find_config, interpret
 from tokenmill.perf.params import ENGINE_FIELDS, GPU_FIELDS, PerfParams
@@ -169,3 +169,13 @@ def test_small_fit_is_deterministic_and_lowers_the_loss(tmp_path: Path) -> None:
     assert r1.loss_after < r1.loss_before and r1.rows == 4
     preds = predict_rows(rows, MODELS, t1)
     assert score(preds)["overall"]["coverage"] == 1.0
+
+
+def test_kernel_efficiencies_are_shared_by_generation_and_fp4_by_architecture() -> None:
+    # H100/H200 are Hopper; B200, GB200 and B300 share the Blackwell SM (B300 is Blackwell Ultra,
+    # whose FP4 peak is its own); an unknown GPU stands alone.
+    gpus = ["b200", "b300", "gb200", "h100", "h200", "mystery"]
+    assert _tie_groups(gpus, "matmul_efficiency") == [[0, 1, 2], [3, 4], [5]]
+    assert _tie_groups(gpus, "attention_efficiency") == [[0, 1, 2], [3, 4], [5]]
+    assert _tie_groups(gpus, "fp4_matmul_ratio") == [[0, 2], [1], [3, 4], [5]]
+    assert _tie_groups(gpus, "collective_latency_s") == [[0], [1], [2], [3], [4], [5]]

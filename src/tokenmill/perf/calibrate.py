@@ -487,9 +487,14 @@ class FitReport:
     history: list[float]
 
 
-#: Constants shared by the GPUs of one architecture (same die, same tensor cores, same kernels):
-#: H100 and H200 (Hopper), B200 and GB200 (Blackwell); B300 (Blackwell Ultra) has its own.
-ARCH_TIED = ("matmul_efficiency", "moe_matmul_efficiency", "fp4_matmul_ratio", "attention_efficiency")
+#: Kernel efficiencies shared by the GPUs of one generation (``_family``): the same SM, the same
+#: 16- and 8-bit tensor cores and the same GEMM, grouped-GEMM and attention kernels. H100 and H200
+#: (Hopper); B200, GB200 and B300 (Blackwell; Blackwell Ultra is the Blackwell SM with more FP4
+#: throughput and a faster exponent unit, and the same 16- and 8-bit peaks).
+FAMILY_TIED = ("matmul_efficiency", "moe_matmul_efficiency", "attention_efficiency")
+#: Shared by the GPUs of one architecture (same die): the 4-bit GEMM ratio, since Blackwell Ultra's
+#: FP4 peak is 1.5 × Blackwell's and how much of it the kernels reach is its own.
+ARCH_TIED = ("fp4_matmul_ratio",)
 #: Weight of the pull towards the priors, per row a constant is scored on: (log(value / prior))².
 PRIOR_WEIGHT = 0.02
 
@@ -501,8 +506,22 @@ def _arch(gpu: str) -> str:
         return gpu
 
 
+def _family(gpu: str) -> str:
+    """The GPU's generation: its architecture without the variant (``blackwell-ultra`` →
+    ``blackwell``)."""
+    return _arch(gpu).split("-", 1)[0]
+
+
+def _tie_groups(gpus: Sequence[str], key: str) -> list[list[int]]:
+    """The GPUs (indices) that share one value of a per-GPU constant: by family, by architecture,
+    or each GPU alone (``FAMILY_TIED``, ``ARCH_TIED``)."""
+    by = _family if key in FAMILY_TIED else _arch if key in ARCH_TIED else (lambda g: g)
+    labels = sorted({by(g) for g in gpus})
+    return [[i for i, g in enumerate(gpus) if by(g) == lab] for lab in labels]
+
+
 class _Coordinate:
-    """One constant (globally, or of one GPU, architecture or engine) and its line search."""
+    """One constant (globally, or of one group of GPUs, or of one engine) and its line search."""
 
     def __init__(
         self, cur: _Params, s: _Subset, scope: str, key: str, i: int, members: list[int], log_prior: float
@@ -535,7 +554,7 @@ class _Coordinate:
         if self.scope == "ver" or (self.scope == "eng" and cur.ver_eng):
             # the engine's rows carry their versions' factors (without fitted versions: one value)
             setattr(self.ns, key, cur.engine_values(key, self.s))
-        else:  # the subset is all rows, or one GPU's or architecture's: one value
+        else:  # the subset is all rows, or one group of GPUs': one value
             setattr(self.ns, key, v)
 
     def objective(self, logv: float) -> float:
@@ -572,17 +591,13 @@ def fit_constants(
     log: Callable[[str], None] | None = None,
 ) -> tuple[ParamTable, FitReport]:
     """Coordinate descent on the recorded demands (see the module docstring). Compute
-    efficiencies are shared by GPUs of one architecture (``ARCH_TIED``); every constant is pulled
+    efficiencies are shared by the GPUs of one generation (``FAMILY_TIED``) and the 4-bit ratio by
+    those of one architecture (``ARCH_TIED``), each scored on its group's rows; every constant is pulled
     towards its prior by ``PRIOR_WEIGHT`` × rows × (log(value / prior))², so a constant the data
     barely constrain stays near its documented prior."""
     cur = _Params(table, data)
     prior = PerfParams()
     everything = data.subset(np.ones(len(data.ids), dtype=bool))
-    archs = sorted({_arch(g) for g in data.gpus})
-    arch_of = [archs.index(_arch(g)) for g in data.gpus]
-    row_arch = np.asarray(arch_of)[data.row_gpu] if len(data.gpus) else data.row_gpu
-    by_gpu = [data.subset(data.row_gpu == i) for i in range(len(data.gpus))]
-    by_arch = [data.subset(row_arch == a) for a in range(len(archs))]
     by_eng = [data.subset(data.row_eng == i) for i in range(len(data.engines))]
 
     def total() -> float:
@@ -590,28 +605,17 @@ def fit_constants(
 
     before = total()
     history = [before]
-    coords: list[tuple[str, str, int]] = []
+    # (scope, key, index, GPUs sharing the value, the rows it is scored on)
+    coords: list[tuple[str, str, int, list[int], _Subset]] = []
     for k in GPU_FIELDS:
-        if k in ARCH_TIED:
-            coords += [("arch", k, a) for a in range(len(archs))]
-        else:
-            coords += [("gpu", k, i) for i in range(len(data.gpus))]
-    coords += [("eng", k, i) for k in ENGINE_FIELDS for i in range(len(data.engines))]
-    coords += [("glob", k, 0) for k in GLOBAL_FIELDS]
-    coords = [c for c in coords if c[1] not in fixed]
+        for members in _tie_groups(data.gpus, k):
+            rows = np.isin(data.row_gpu, members)
+            coords.append(("gpu", k, members[0], members, data.subset(rows)))
+    coords += [("eng", k, i, [i], by_eng[i]) for k in ENGINE_FIELDS for i in range(len(data.engines))]
+    coords += [("glob", k, 0, [0], everything) for k in GLOBAL_FIELDS]
+    coords = [c for c in coords if c[1] not in fixed and c[4].n_rows > 0]
     for sweep in range(sweeps):
-        for scope, key, i in coords:
-            s = {"glob": everything, "gpu": None, "arch": None, "eng": None}[scope]
-            if scope == "gpu":
-                s = by_gpu[i]
-            elif scope == "arch":
-                s = by_arch[i]
-            elif scope == "eng":
-                s = by_eng[i]
-            assert s is not None
-            if s.n_rows == 0:
-                continue
-            members = [g for g in range(len(data.gpus)) if arch_of[g] == i] if scope == "arch" else [i]
+        for scope, key, i, members, s in coords:
             _Coordinate(cur, s, scope, key, i, members, math.log(getattr(prior, key))).update(sweep)
         history.append(total())
         if log:

@@ -13,8 +13,9 @@ prior below is used and the caller is told so.
 Groups of fields:
 
 - **per GPU kind** (fitted per GPU): ``matmul_efficiency``, ``moe_matmul_efficiency``,
-  ``fp4_matmul_ratio``, ``attention_efficiency`` (these four shared by the GPUs of one
-  architecture: same die, same kernels), ``weight_bandwidth_efficiency``,
+  ``attention_efficiency`` (shared by the GPUs of one generation: the same SM and kernels, so
+  Hopper's H100 and H200, Blackwell's B200, GB200 and B300), ``fp4_matmul_ratio`` (shared by one
+  architecture: B300's FP4 peak is its own), ``weight_bandwidth_efficiency``,
   ``collective_latency_s``;
 - **per engine** (fitted per backend): ``overhead_scale`` multiplies every fixed per-step and
   per-layer overhead, ``compute_scale`` multiplies the achieved FLOP/s of every kernel class, and
