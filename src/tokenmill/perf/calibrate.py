@@ -592,9 +592,9 @@ def fit_constants(
 ) -> tuple[ParamTable, FitReport]:
     """Coordinate descent on the recorded demands (see the module docstring). Compute
     efficiencies are shared by the GPUs of one generation (``FAMILY_TIED``) and the 4-bit ratio by
-    those of one architecture (``ARCH_TIED``), each scored on its group's rows; every constant is pulled
-    towards its prior by ``PRIOR_WEIGHT`` × rows × (log(value / prior))², so a constant the data
-    barely constrain stays near its documented prior."""
+    those of one architecture (``ARCH_TIED``), each scored on its group's rows; every constant is
+    pulled towards its prior by ``PRIOR_WEIGHT`` × rows × (log(value / prior))², so a constant the
+    data barely constrain stays near its documented prior."""
     cur = _Params(table, data)
     prior = PerfParams()
     everything = data.subset(np.ones(len(data.ids), dtype=bool))
@@ -607,10 +607,13 @@ def fit_constants(
     history = [before]
     # (scope, key, index, GPUs sharing the value, the rows it is scored on)
     coords: list[tuple[str, str, int, list[int], _Subset]] = []
+    group_rows: dict[tuple[int, ...], _Subset] = {}  # one subset per group of GPUs, shared by fields
     for k in GPU_FIELDS:
         for members in _tie_groups(data.gpus, k):
-            rows = np.isin(data.row_gpu, members)
-            coords.append(("gpu", k, members[0], members, data.subset(rows)))
+            group = tuple(members)
+            if group not in group_rows:
+                group_rows[group] = data.subset(np.isin(data.row_gpu, members))
+            coords.append(("gpu", k, members[0], members, group_rows[group]))
     coords += [("eng", k, i, [i], by_eng[i]) for k in ENGINE_FIELDS for i in range(len(data.engines))]
     coords += [("glob", k, 0, [0], everything) for k in GLOBAL_FIELDS]
     coords = [c for c in coords if c[1] not in fixed and c[4].n_rows > 0]
