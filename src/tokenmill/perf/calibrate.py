@@ -516,8 +516,8 @@ def _tie_groups(gpus: Sequence[str], key: str) -> list[list[int]]:
     """The GPUs (indices) that share one value of a per-GPU constant: by family, by architecture,
     or each GPU alone (``FAMILY_TIED``, ``ARCH_TIED``)."""
     by = _family if key in FAMILY_TIED else _arch if key in ARCH_TIED else (lambda g: g)
-    labels = sorted({by(g) for g in gpus})
-    return [[i for i, g in enumerate(gpus) if by(g) == lab] for lab in labels]
+    label = [by(g) for g in gpus]
+    return [[i for i, x in enumerate(label) if x == lab] for lab in sorted(set(label))]
 
 
 class _Coordinate:
@@ -629,20 +629,20 @@ def fit_constants(
         "loss_after": round(history[-1], 4),
     }
     if data.versions and not set(ENGINE_FIELDS) <= set(fixed):
-        after = _fit_versions(data, cur, sweeps, fixed)
+        after = _fit_versions(data, cur, everything, sweeps, fixed)
         meta["loss_after_versions"] = round(after, 4)
         if log:
             log(f"engine versions ({len(data.versions)}): loss {after:.2f}")
     return cur.table(data, meta), FitReport(before, history[-1], len(data.ids), sweeps, history)
 
 
-def _fit_versions(data: FitData, cur: _Params, sweeps: int, fixed: Sequence[str] = ()) -> float:
+def _fit_versions(data: FitData, cur: _Params, everything: _Subset, sweeps: int, fixed: Sequence[str] = ()) -> float:
     """The engine constants of each engine version with rows enough (``collect``), on its rows
     only, everything else held. A version's constant is its engine's times a factor, pulled towards
     1 (towards the engine's value, not the prior): the engine's constants describe the engine
     across its releases (and any release not fitted), a version's say how one release differs;
     the next round's fit of the GPU, engine and global constants sees the factors, so those
-    constants are net of what the releases differ by. Returns the loss over all rows."""
+    constants are net of what the releases differ by. Returns the loss over ``everything``."""
     by_ver = [data.subset(data.row_ver == i) for i in range(len(data.versions))]
     for sweep in range(sweeps):
         for i, s in enumerate(by_ver):
@@ -653,7 +653,6 @@ def _fit_versions(data: FitData, cur: _Params, sweeps: int, fixed: Sequence[str]
                     continue
                 log_prior = math.log(float(cur.eng[key][cur.ver_eng[i]]))
                 _Coordinate(cur, s, "ver", key, i, [i], log_prior).update(sweep)
-    everything = data.subset(np.ones(len(data.ids), dtype=bool))
     return _loss(*_predict(everything, cur.view(everything)), everything)
 
 
