@@ -60,7 +60,8 @@ def predict(
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
     """Predict TTFT, TPOT and per-GPU throughput of a deployment at a closed-loop operating point."""
-    from tokenmill.perf.calibrated import load_table
+    from tokenmill.perf.accuracy import band_for
+    from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.predict import predict as run
 
     b = _check_backend(backend)
@@ -70,6 +71,15 @@ def predict(
     params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
     pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
     out = pred.to_dict()
+    band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())
+    out["accuracy"] = None
+    if band is not None:
+        out["accuracy"] = {
+            **band.to_dict(),
+            "ttft_ms_range_80": [round(x, 3) for x in band.interval("ttft", pred.ttft_ms)],
+            "tpot_ms_range_80": [round(x, 4) for x in band.interval("tpot", pred.tpot_ms)],
+        }
+    out["notes"].append(band_note)
     if json_out:
         print(json.dumps(out, indent=2))
         return
@@ -86,10 +96,21 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
         f"ISL {out['isl']:,} OSL {out['osl']:,} concurrency {out['concurrency']}",
         show_edge=False,
     )
+    acc = out.get("accuracy")
     t.add_column("metric")
     t.add_column("value", justify="right")
+    if acc:
+        t.add_column("80 % of measured rows within", justify="right")
+        t.add_column("median error", justify="right")
     for key in ("ttft_ms", "tpot_ms", "output_throughput_per_gpu", "total_throughput_per_gpu", "requests_per_s"):
-        t.add_row(key, f"{out[key]:,.2f}")
+        cells = [key, f"{out[key]:,.2f}"]
+        metric = key.split("_")[0]
+        if acc and metric in ("ttft", "tpot"):
+            lo, hi = acc[f"{metric}_ms_range_80"]
+            cells += [f"{lo:,.2f} – {hi:,.2f}", f"{100 * acc[f'{metric}_median_ape']:.0f} %"]
+        elif acc:
+            cells += ["", ""]
+        t.add_row(*cells)
     console.print(t)
     step = out["decode_step"]
     d = Table(title=f"one decode step: {step['batch']} requests at {step['context']:,} tokens", show_edge=False)
@@ -172,14 +193,23 @@ def evaluate(
     out: Annotated[Path, typer.Option("--out", help="Predictions CSV to write.")],
     params_file: ParamsOpt = None,
     jobs: JobsOpt = 1,
+    accuracy_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--accuracy-out",
+            help="Also write the error bands per GPU and engine that `predict` shows (needs the silicon columns).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict every row; write id,predicted_ttft_ms,predicted_tpot_ms,skipped_reason; print the errors."""
     from tokenmill.perf.calibrate import predict_rows, score
-    from tokenmill.perf.calibrated import load_table
+    from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.measurements import read_measurements
 
     rows, silicon = read_measurements(measurements)
+    if accuracy_out is not None and not silicon:
+        raise TokenmillError("--accuracy-out: needs the silicon_ttft_ms and silicon_tpot_ms columns in --measurements")
     table = load_table(params_file)
     with _progress(len(rows), json_out, "predicting") as bar:
         preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar)
@@ -202,11 +232,44 @@ def evaluate(
     result = score(preds)
     result["silicon_columns"] = silicon
     result["params"] = table.meta
+    if accuracy_out is not None:
+        acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file)
+        acc.write(accuracy_out)
+        result["accuracy_out"] = str(accuracy_out)
     if json_out:
         print(json.dumps(result, indent=2))
         return
     _print_score(result, silicon)
     print(f"wrote {out}")
+
+
+def _accuracy_table(preds: list[Any], params_path: Path, measurements: Path, params_file: Path | None) -> Any:
+    """Error bands of the fully specified, predicted and measured rows (``perf.accuracy``)."""
+    from tokenmill.hardware import load_gpu
+    from tokenmill.perf.accuracy import AccuracyTable, Scored, fingerprint, measure
+
+    scored = []
+    for p in preds:
+        if not (p.fully_specified and p.predicted and p.measured_ttft_ms and p.measured_tpot_ms):
+            continue
+        scored.append(
+            Scored(
+                load_gpu(p.system).name,
+                p.backend,
+                p.model,
+                p.ttft_ms,
+                p.measured_ttft_ms,
+                p.tpot_ms,
+                p.measured_tpot_ms,
+            )
+        )
+    if not scored:
+        raise TokenmillError("--accuracy-out: no fully specified row was predicted and measured")
+    argv = ["tokenmill", "calibrate", "evaluate", "--measurements", str(measurements), "--models-dir", "DIR"]
+    if params_file is not None:
+        argv += ["--params", str(params_file)]
+    meta = {"command": " ".join([*argv, "--out", "PRED.csv", "--accuracy-out", "FILE"]), "rows_scored": len(scored)}
+    return AccuracyTable(fingerprint(params_path), measure(scored), meta)
 
 
 @calibrate_app.command("fit")

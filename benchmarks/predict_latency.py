@@ -1,0 +1,138 @@
+"""Benchmark: how long `tokenmill predict` takes to answer (issue 4: under 1 s).
+
+Two figures per operating point: the whole command as a user runs it (a fresh `tokenmill predict
+... --json` process, interpreter start and imports included), and the prediction alone in this
+process (plan built, constants resolved, closed-loop replay, decode breakdown, error band).
+
+    .venv/bin/python benchmarks/predict_latency.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from tokenmill.cli import app
+
+POINTS = [
+    (
+        "K3 8×B300 TP8, 8,400/512, C=1",
+        [
+            "--model",
+            "kimi-k3",
+            "--gpu",
+            "b300",
+            "--gpus",
+            "8",
+            "--tp",
+            "8",
+            "--pool-ratio",
+            "1.1",
+            "--isl",
+            "8400",
+            "--osl",
+            "512",
+            "--concurrency",
+            "1",
+        ],
+    ),
+    (
+        "K3 8×B300 TP8, 8,400/512, C=64",
+        [
+            "--model",
+            "kimi-k3",
+            "--gpu",
+            "b300",
+            "--gpus",
+            "8",
+            "--tp",
+            "8",
+            "--pool-ratio",
+            "1.1",
+            "--isl",
+            "8400",
+            "--osl",
+            "512",
+            "--concurrency",
+            "64",
+        ],
+    ),
+    (
+        "DeepSeek-R1 8×H200 TP8, 8k/1k, C=256",
+        [
+            "--model",
+            "deepseek-r1",
+            "--gpu",
+            "h200",
+            "--gpus",
+            "8",
+            "--tp",
+            "8",
+            "--isl",
+            "8192",
+            "--osl",
+            "1024",
+            "--concurrency",
+            "256",
+        ],
+    ),
+    (
+        "Llama-3.1-70B 4×H100 TP4 vLLM, 1k/1k, C=64",
+        [
+            "--model",
+            "llama-3.1-70b",
+            "--gpu",
+            "h100",
+            "--gpus",
+            "4",
+            "--tp",
+            "4",
+            "--isl",
+            "1024",
+            "--osl",
+            "1024",
+            "--concurrency",
+            "64",
+            "--backend",
+            "vllm",
+        ],
+    ),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    exe = shutil.which("tokenmill") or str(Path(sys.executable).with_name("tokenmill"))
+    runner = CliRunner()
+    print(f"{'operating point':46} {'command (s)':>12} {'in-process (s)':>15}  ttft_ms / tpot_ms")
+    for label, argv in POINTS:
+        cmd_times, call_times = [], []
+        out: dict[str, float] = {}
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            proc = subprocess.run([exe, "predict", *argv, "--json"], capture_output=True, text=True, check=True)
+            cmd_times.append(time.perf_counter() - t)
+            out = json.loads(proc.stdout)
+            t = time.perf_counter()
+            res = runner.invoke(app, ["predict", *argv, "--json"])
+            call_times.append(time.perf_counter() - t)
+            assert res.exit_code == 0, res.output
+        print(
+            f"{label:46} {statistics.median(cmd_times):12.2f} {statistics.median(call_times):15.3f}"
+            f"  {out['ttft_ms']:,.1f} / {out['tpot_ms']:.2f}"
+        )
+    print(f"(medians of {args.repeat} runs; target: under 1 s)")
+
+
+if __name__ == "__main__":
+    main()

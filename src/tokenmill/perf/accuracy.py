@@ -1,0 +1,238 @@
+"""How far the fitted constants' predictions land from measurements: the error a ``predict`` carries.
+
+A TTFT predicted to 0.52 s means little without knowing that, on the measured rows of the same
+GPU and engine, the model was off by a median 43 %. ``calibrate evaluate --accuracy-out FILE``
+writes that from the rows it scores, per group of rows: all of them, each engine, and each GPU
+under each engine. For every group it keeps the median and p90 absolute percentage error of TTFT
+and TPOT and the 10th and 90th percentiles of measured ÷ predicted, which give an interval: 80 %
+of the group's rows measured between ``p10 ×`` and ``p90 ×`` their prediction.
+
+The shipped ``calibrated/accuracy.json`` is that file for the shipped ``params.json`` on the
+calibration file, and it records the SHA-256 of the constants it measured: ``predict`` shows it
+only when it predicts with those same constants (a refit without a new evaluate, or ``--params``,
+gets a note instead of a stale band). A prediction takes the band of its GPU under its engine when
+that group has ``MIN_ROWS`` scored rows of ``MIN_MODELS`` models or more, else its engine's, else
+all rows', and says which: one model's campaign (the 31 B300/SGLang rows are all DeepSeek-V3 under
+one release) says how that campaign went, not what a model the rows do not hold will see. Even so
+a band describes the calibration rows; a model held out of the fit is predicted up to about twice
+as far off in TTFT (docs/perf.md §5).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenmill.errors import TokenmillError
+
+ACCURACY_FILE = "accuracy.json"
+#: A group of rows gives a band of its own from this many scored rows.
+MIN_ROWS = 20
+#: ... and of this many models.
+MIN_MODELS = 2
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One scored row: where it ran and what was predicted and measured (ms)."""
+
+    gpu: str
+    backend: str
+    model: str
+    pred_ttft_ms: float
+    meas_ttft_ms: float
+    pred_tpot_ms: float
+    meas_tpot_ms: float
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """Errors of one group of rows (fractions: 0.28 is 28 %)."""
+
+    scope: str
+    rows: int
+    models: int
+    ttft_median_ape: float
+    ttft_p90_ape: float
+    tpot_median_ape: float
+    tpot_p90_ape: float
+    ttft_ratio_p10: float  # measured ÷ predicted, 10th percentile
+    ttft_ratio_p90: float
+    tpot_ratio_p10: float
+    tpot_ratio_p90: float
+
+    def interval(self, metric: str, predicted: float) -> tuple[float, float]:
+        """Where 80 % of the group's rows measured, applied to ``predicted`` (metric: ttft|tpot)."""
+        lo, hi = (
+            (self.ttft_ratio_p10, self.ttft_ratio_p90)
+            if metric == "ttft"
+            else (self.tpot_ratio_p10, self.tpot_ratio_p90)
+        )
+        return predicted * lo, predicted * hi
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def group_key(gpu: str, backend: str) -> str:
+    return f"{gpu}/{backend}"
+
+
+def _band(scope: str, rows: list[Scored]) -> ErrorBand:
+    pt = np.array([r.pred_ttft_ms for r in rows])
+    mt = np.array([r.meas_ttft_ms for r in rows])
+    pp = np.array([r.pred_tpot_ms for r in rows])
+    mp = np.array([r.meas_tpot_ms for r in rows])
+    ape_t = np.abs(pt / mt - 1.0)
+    ape_p = np.abs(pp / mp - 1.0)
+    return ErrorBand(
+        scope=scope,
+        rows=len(rows),
+        models=len({r.model for r in rows}),
+        ttft_median_ape=float(np.median(ape_t)),
+        ttft_p90_ape=float(np.percentile(ape_t, 90)),
+        tpot_median_ape=float(np.median(ape_p)),
+        tpot_p90_ape=float(np.percentile(ape_p, 90)),
+        ttft_ratio_p10=float(np.percentile(mt / pt, 10)),
+        ttft_ratio_p90=float(np.percentile(mt / pt, 90)),
+        tpot_ratio_p10=float(np.percentile(mp / pp, 10)),
+        tpot_ratio_p90=float(np.percentile(mp / pp, 90)),
+    )
+
+
+def measure(rows: Iterable[Scored]) -> dict[str, ErrorBand]:
+    """Bands of all rows, of each engine and of each GPU under each engine (rows with a positive
+    prediction and measurement of both metrics; groups without any are left out)."""
+    usable = [
+        r
+        for r in rows
+        if min(r.pred_ttft_ms, r.meas_ttft_ms, r.pred_tpot_ms, r.meas_tpot_ms) > 0
+        and all(math.isfinite(x) for x in (r.pred_ttft_ms, r.meas_ttft_ms, r.pred_tpot_ms, r.meas_tpot_ms))
+    ]
+    groups: dict[str, list[Scored]] = {}
+    for r in usable:
+        for key in (ALL, r.backend, group_key(r.gpu, r.backend)):
+            groups.setdefault(key, []).append(r)
+    return {k: _band(k, v) for k, v in sorted(groups.items())}
+
+
+def fingerprint(path: Path | str) -> str:
+    """SHA-256 of a constants file: which constants a band was measured with."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@dataclass
+class AccuracyTable:
+    params_sha256: str
+    groups: dict[str, ErrorBand]
+    meta: dict[str, Any]
+
+    def band(self, gpu: str, backend: str) -> ErrorBand | None:
+        """The GPU-under-engine band with ``MIN_ROWS`` rows of ``MIN_MODELS`` models or more, else
+        the engine's, else all rows'."""
+        for key in (group_key(gpu, backend), backend, ALL):
+            b = self.groups.get(key)
+            if b is not None and b.rows >= MIN_ROWS and b.models >= MIN_MODELS:
+                return b
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "meta": {**self.meta, "params_sha256": self.params_sha256},
+            "groups": {k: v.to_dict() for k, v in self.groups.items()},
+        }
+
+    def write(self, path: Path | str) -> None:
+        p = Path(path)
+        tmp = p.with_name(p.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+            tmp.replace(p)
+        except OSError as exc:
+            raise TokenmillError(f"--accuracy-out: cannot write {p}: {exc.strerror}") from None
+
+
+_BAND_FIELDS = [f.name for f in fields(ErrorBand)]
+
+
+def _band_from_json(key: str, obj: Any, source: str) -> ErrorBand:
+    if not isinstance(obj, dict):
+        raise TokenmillError(f"{source}: groups.{key} must be an object")
+    missing = [f for f in _BAND_FIELDS if f not in obj]
+    if missing:
+        raise TokenmillError(f"{source}: groups.{key} lacks {', '.join(missing)}")
+    extra = sorted(set(obj) - set(_BAND_FIELDS))
+    if extra:
+        raise TokenmillError(f"{source}: groups.{key}: unknown field {extra[0]!r} (allowed: {', '.join(_BAND_FIELDS)})")
+    values: dict[str, Any] = {}
+    for f in _BAND_FIELDS:
+        v = obj[f]
+        if f == "scope":
+            if not isinstance(v, str):
+                raise TokenmillError(f"{source}: groups.{key}.scope must be a string")
+        elif f in ("rows", "models"):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise TokenmillError(f"{source}: groups.{key}.rows must be a positive integer")
+        elif isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise TokenmillError(f"{source}: groups.{key}.{f} must be a finite number >= 0")
+        values[f] = v
+    return ErrorBand(**values)
+
+
+def shipped_accuracy_path() -> Path:
+    return Path(str(resources.files("tokenmill.perf.calibrated") / ACCURACY_FILE))
+
+
+def load_accuracy(path: Path | str | None = None) -> AccuracyTable | None:
+    """The shipped accuracy table (or the one at ``path``); None when none is shipped."""
+    p = Path(path) if path is not None else shipped_accuracy_path()
+    if not p.exists():
+        if path is not None:
+            raise TokenmillError(f"no such accuracy file {p}")
+        return None
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise TokenmillError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("groups"), dict):
+        raise TokenmillError(f"{p}: 'groups' must be an object")
+    meta = data.get("meta")
+    if not isinstance(meta, dict) or not isinstance(meta.get("params_sha256"), str):
+        raise TokenmillError(f"{p}: meta.params_sha256 must be a string (the SHA-256 of the constants measured)")
+    groups = {k: _band_from_json(k, v, str(p)) for k, v in data["groups"].items()}
+    rest = {k: v for k, v in meta.items() if k != "params_sha256"}
+    return AccuracyTable(meta["params_sha256"], groups, rest)
+
+
+def band_for(
+    gpu: str, backend: str, params_path: Path | str, path: Path | str | None = None
+) -> tuple[ErrorBand | None, str]:
+    """The band a prediction with the constants at ``params_path`` carries, and a note on where it
+    comes from (or why there is none)."""
+    table = load_accuracy(path)
+    if table is None:
+        return None, "no accuracy measured for these constants (no accuracy.json shipped)"
+    if Path(params_path).exists() and fingerprint(params_path) != table.params_sha256:
+        return None, (
+            "no accuracy measured for these constants (accuracy.json was measured with other constants; "
+            "`tokenmill calibrate evaluate ... --accuracy-out` measures them)"
+        )
+    b = table.band(gpu, backend)
+    if b is None:
+        return None, "no accuracy group with enough rows"
+    key = group_key(gpu, backend)
+    if b.scope == key:
+        where = "this GPU under this engine"
+    else:
+        whose = "this engine's" if b.scope == backend else "all engines'"
+        where = f"no {key} group with {MIN_ROWS}+ rows of {MIN_MODELS}+ models: {whose}"
+    return b, f"error band from the calibration rows of {b.scope} ({b.rows} rows, {b.models} models; {where})"

@@ -1,0 +1,122 @@
+"""Error bands (`perf.accuracy`): what they hold, which one a prediction gets, and bad files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tokenmill.errors import TokenmillError
+from tokenmill.perf.accuracy import (
+    MIN_ROWS,
+    AccuracyTable,
+    Scored,
+    band_for,
+    fingerprint,
+    load_accuracy,
+    measure,
+    shipped_accuracy_path,
+)
+from tokenmill.perf.calibrated import shipped_path
+
+
+def rows(gpu: str, backend: str, ratios: list[float], models: int = 2) -> list[Scored]:
+    """Rows predicted at 100 ms / 10 ms whose measurements are ``ratio`` × the prediction, spread
+    over ``models`` models."""
+    return [Scored(gpu, backend, f"m{i % models}", 100.0, 100.0 * r, 10.0, 10.0 * r) for i, r in enumerate(ratios)]
+
+
+def test_band_statistics_by_hand() -> None:
+    # measured/predicted 0.5, 0.8, 1.0, 1.25, 2.0: APE = |1/r - 1| = 1.0, 0.25, 0.0, 0.2, 0.5
+    bands = measure(rows("h100", "vllm", [0.5, 0.8, 1.0, 1.25, 2.0]))
+    assert set(bands) == {"all", "vllm", "h100/vllm"}
+    b = bands["h100/vllm"]
+    assert b.rows == 5 and b.models == 2
+    assert b.ttft_median_ape == pytest.approx(0.25)  # sorted 0, 0.2, 0.25, 0.5, 1.0
+    assert b.tpot_median_ape == pytest.approx(0.25)
+    # p90 by linear interpolation between the 4th (0.5) and 5th (1.0) of 5: 0.5 + 0.6 × 0.5
+    assert b.ttft_p90_ape == pytest.approx(0.8)
+    # measured ÷ predicted 0.5 0.8 1.0 1.25 2.0: p10 = 0.5 + 0.4 × 0.3, p90 = 1.25 + 0.6 × 0.75
+    assert b.ttft_ratio_p10 == pytest.approx(0.62)
+    assert b.ttft_ratio_p90 == pytest.approx(1.7)
+    assert b.interval("ttft", 200.0) == pytest.approx((124.0, 340.0))
+    assert b.interval("tpot", 10.0) == pytest.approx((6.2, 17.0))
+
+
+def test_rows_without_positive_numbers_are_left_out() -> None:
+    good = rows("b200", "sglang", [1.0, 1.0])
+    bad = [Scored("b200", "sglang", "m", 0.0, 10.0, 1.0, 1.0), Scored("b200", "sglang", "m", math.nan, 10.0, 1.0, 1.0)]
+    assert measure(good + bad)["all"].rows == 2
+    assert measure(bad) == {}
+
+
+def test_band_falls_back_from_gpu_to_engine_to_all() -> None:
+    data = rows("h100", "vllm", [1.1] * MIN_ROWS) + rows("b300", "vllm", [0.5] * (MIN_ROWS - 1))
+    data += rows("h200", "sglang", [2.0] * 3)
+    data += rows("h100", "trtllm", [1.0] * MIN_ROWS, models=1)  # one model's campaign: the engine's
+    table = AccuracyTable("x", measure(data), {})
+    assert table.band("h100", "vllm").scope == "h100/vllm"  # type: ignore[union-attr]
+    assert table.band("b300", "vllm").scope == "vllm"  # type: ignore[union-attr]  # 19 rows: the engine's
+    assert table.band("h200", "sglang").scope == "all"  # type: ignore[union-attr]  # 3 sglang rows in all
+    assert table.band("h200", "trtllm").scope == "all"  # type: ignore[union-attr]
+    assert table.band("h100", "trtllm").scope == "all"  # type: ignore[union-attr]  # trtllm: one model
+    assert table.groups["h100/trtllm"].rows == MIN_ROWS
+    assert AccuracyTable("x", measure(rows("h100", "vllm", [1.0] * 3)), {}).band("h100", "vllm") is None
+
+
+def test_round_trip_and_fingerprint_gate(tmp_path: Path) -> None:
+    params = tmp_path / "params.json"
+    params.write_text('{"global": {}}\n')
+    table = AccuracyTable(fingerprint(params), measure(rows("h100", "vllm", [1.0, 1.2] * MIN_ROWS)), {"n": 1})
+    path = tmp_path / "acc.json"
+    table.write(path)
+    back = load_accuracy(path)
+    assert back is not None and back.params_sha256 == table.params_sha256
+    assert back.groups["h100/vllm"].rows == 2 * MIN_ROWS
+    band, note = band_for("h100", "vllm", params, path)
+    assert band is not None and band.scope == "h100/vllm" and "40 rows, 2 models" in note
+    params.write_text('{"global": {"step_overhead_s": 0.002}}\n')  # refitted, not re-evaluated
+    band, note = band_for("h100", "vllm", params, path)
+    assert band is None and "other constants" in note
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[1]", "'groups' must be an object"),
+        ('{"groups": {}}', "meta.params_sha256"),
+        ('{"meta": {"params_sha256": "a"}, "groups": {"all": 3}}', "groups.all must be an object"),
+        ('{"meta": {"params_sha256": "a"}, "groups": {"all": {"scope": "all"}}}', "groups.all lacks rows"),
+        ("{", "not valid JSON"),
+    ],
+)
+def test_malformed_files_name_the_field(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "acc.json"
+    path.write_text(text)
+    with pytest.raises(TokenmillError, match=message):
+        load_accuracy(path)
+
+
+def test_bad_numbers_and_unknown_fields(tmp_path: Path) -> None:
+    band = measure(rows("h100", "vllm", [1.0] * 3))["all"].to_dict()
+    path = tmp_path / "acc.json"
+    for key, value, message in (
+        ("rows", 0, "rows must be a positive integer"),
+        ("ttft_p90_ape", -1, "ttft_p90_ape must be a finite number"),
+        ("speed", 1.0, "unknown field 'speed'"),
+    ):
+        path.write_text(json.dumps({"meta": {"params_sha256": "a"}, "groups": {"all": {**band, key: value}}}))
+        with pytest.raises(TokenmillError, match=message):
+            load_accuracy(path)
+    with pytest.raises(TokenmillError, match="no such accuracy file"):
+        load_accuracy(tmp_path / "none.json")
+
+
+def test_shipped_bands_were_measured_with_the_shipped_constants() -> None:
+    """A refit must be followed by `calibrate evaluate ... --accuracy-out` (docs/perf.md §4)."""
+    table = load_accuracy(shipped_accuracy_path())
+    assert table is not None
+    assert table.params_sha256 == fingerprint(shipped_path())
+    assert table.groups["all"].rows > 3000  # the fully specified rows of the calibration file
