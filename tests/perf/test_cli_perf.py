@@ -402,3 +402,20 @@ def test_fit_writes_constants(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     data = json.loads(out.read_text())
     assert "h100" in data["gpus"] and "vllm" in data["backends"] and "calibrate fit" in data["meta"]["command"]
     assert json.loads(stdout)["out"] == str(out)
+    assert not any("accuracy.json" in m for m in json.loads(stdout)["log"])  # --out: the shipped pair is untouched
+
+
+def test_fit_over_the_shipped_constants_says_the_bands_are_stale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tokenmill.perf.calibrated as calibrated
+
+    shipped = tmp_path / "params.json"
+    monkeypatch.setattr(calibrated, "shipped_path", lambda: shipped)
+    meas = write(tmp_path / "m.csv", ROWS[:1], COLUMNS)
+    args = ["calibrate", "fit", "--measurements", str(meas), "--models-dir", MODELS, "--rounds", "1", "--sweeps", "1"]
+    code, stdout, _ = cli(capsys, *args)
+    assert code == 0 and shipped.exists()
+    assert "accuracy.json" in stdout and "--accuracy-out" in stdout
+    code, out, _ = cli(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--json")
+    assert code == 0 and json.loads(out)["accuracy"] is None

@@ -338,7 +338,14 @@ def fit(
         fitted.write(target)
     except OSError as exc:
         raise TokenmillError(f"--out: cannot write {target}: {exc.strerror}") from None
+    if out is None:
+        msgs.append(
+            "the shipped error bands (accuracy.json) describe the previous constants until "
+            "`tokenmill calibrate evaluate ... --accuracy-out` re-measures them; predict shows none meanwhile"
+        )
     if json_out:
         print(json.dumps({"out": str(target), **fitted.to_json(), "log": msgs}, indent=2))
         return
     print(f"fitted {report.rows} rows: loss {report.loss_before:.1f} → {report.loss_after:.1f}; wrote {target}")
+    if out is None:
+        print(f"note: {msgs[-1]}")
