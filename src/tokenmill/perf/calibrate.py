@@ -478,6 +478,15 @@ def _predict(s: _Subset, ns: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def predict_recorded(data: FitData, table: ParamTable, rows_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean TTFT and TPOT (seconds) of the masked rows from their recorded steps under ``table``:
+    what a replay with those constants gives, without replaying (the step sequence of a closed
+    loop does not depend on the step times; the disaggregated rows' decode batch is the recorded
+    one)."""
+    s = data.subset(rows_mask)
+    return _predict(s, _Params(table, data).view(s))
+
+
 @dataclass
 class FitReport:
     loss_before: float

@@ -1,0 +1,150 @@
+"""Screen a change to the constants on recorded steps: in-sample and leave-one-model-out, no replay.
+
+A full refit (`calibrate fit`, 17 minutes) and leave-one-model-out (`calibrate_lomo.py`, 14
+minutes) replay every row. To try a constant at a fixed value first, this script replays every
+fully specified row once with the shipped constants, recording each step's demands (cached in
+``--cache``, about 550 MB, 5 minutes; rebuilt when the shipped constants or the perf code change),
+and then only re-weights the recorded steps:
+
+1. refit from the shipped constants, with every ``--set KEY=VALUE`` global constant pinned; print
+   the loss and the median absolute percentage errors of TTFT and TPOT;
+2. with ``--lomo``: per model (grouped as in ``calibrate_lomo.py``), refit from the priors (the
+   ``--set`` constants pinned) on ``--max-rows`` of the other rows and predict the held-out rows
+   from their recorded steps; print the table of ``calibrate_lomo.py``.
+
+For aggregated rows, predictions from recorded steps equal a replay's (a closed loop's step
+sequence does not depend on step times); so the medians match `calibrate evaluate` to within a
+tenth of a point (28.0 % / 14.0 % against 28.0 % / 13.9 % with the shipped constants).
+
+    .venv/bin/python benchmarks/calibrate_screen.py [--set collective_bandwidth_efficiency=0.8] [--lomo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from tokenmill.perf.calibrate import FitData, collect, fit_constants, predict_recorded, predict_rows
+from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
+from tokenmill.perf.measurements import read_measurements
+from tokenmill.perf.params import GLOBAL_FIELDS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from calibrate_lomo import family
+
+ARRAYS = ("features", "row", "tw", "pw", "sync", "row_gpu", "row_eng", "meas_ttft", "meas_tpot", "row_ver")
+
+
+def code_key() -> str:
+    """The shipped constants and the perf sources: what the recorded steps depend on."""
+    h = hashlib.sha256(shipped_path().read_bytes())
+    root = resources.files("tokenmill")
+    for sub in ("perf", "core", "plan", "sim"):
+        for f in sorted(Path(str(root / sub)).glob("*.py")):
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def recorded(cache: Path, measurements: str, models_dir: str, jobs: int) -> tuple[FitData, dict[str, str]]:
+    key = code_key()
+    if cache.exists():
+        z = np.load(cache, allow_pickle=False)
+        meta = json.loads(str(z["meta"]))
+        if meta["key"] == key:
+            arrays = {k: z[k] for k in ARRAYS}
+            data = FitData(meta["gpus"], meta["engines"], meta["ids"], versions=meta["versions"], **arrays)
+            return data, meta["family"]
+        print("recorded steps are stale: replaying again", file=sys.stderr)
+    rows, _ = read_measurements(measurements)
+    full = [
+        r
+        for r in rows
+        if (r.get("mode") != "disagg" or (r.get("prefill_batch_size") and r.get("decode_batch_size")))
+        and r.get("silicon_ttft_ms")
+    ]
+    preds = predict_rows(full, models_dir, load_table(), record=True, jobs=jobs)
+    data = collect(preds)
+    fam = {r["id"]: family(r["model_path"], models_dir) for r in full}
+    meta = {
+        "key": key,
+        "gpus": data.gpus,
+        "engines": data.engines,
+        "ids": data.ids,
+        "versions": data.versions,
+        "family": {i: fam[i] for i in data.ids},
+    }
+    np.savez(cache, meta=json.dumps(meta), **{k: getattr(data, k) for k in ARRAYS})
+    return data, meta["family"]
+
+
+def apes(data: FitData, table: ParamTable, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    t, p = predict_recorded(data, table, mask)
+    return np.abs(t / data.meas_ttft[mask] - 1), np.abs(p / data.meas_tpot[mask] - 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--measurements", default="/work/shared/calibration/serving_measurements.csv")
+    ap.add_argument("--models-dir", default="/work/shared/models")
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/tokenmill-recorded-steps.npz"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="pin a global constant")
+    ap.add_argument("--sweeps", type=int, default=3)
+    ap.add_argument("--lomo", action="store_true")
+    ap.add_argument("--max-rows", type=int, default=1200)
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    pinned: dict[str, float] = {}
+    for kv in args.set:
+        k, _, v = kv.partition("=")
+        if k not in GLOBAL_FIELDS:
+            ap.error(f"--set {kv}: {k} is not a global constant ({', '.join(GLOBAL_FIELDS)})")
+        pinned[k] = float(v)
+    t0 = time.perf_counter()
+    data, fam = recorded(args.cache, args.measurements, args.models_dir, args.jobs)
+    print(f"{len(data.ids)} rows, {len(data.row):,} recorded steps ({time.perf_counter() - t0:.0f} s)")
+
+    def start(table: ParamTable) -> ParamTable:
+        table.global_.update(pinned)
+        return table
+
+    table, report = fit_constants(data, start(load_table()), sweeps=args.sweeps, fixed=tuple(pinned))
+    everything = np.ones(len(data.ids), dtype=bool)
+    et, ep = apes(data, table, everything)
+    print(
+        f"in sample{' with ' + ', '.join(args.set) if args.set else ''}: loss {report.loss_before:.1f} → "
+        f"{report.loss_after:.1f}; median TTFT {100 * np.median(et):.1f} %, TPOT {100 * np.median(ep):.1f} %"
+    )
+    print(json.dumps(table.to_json(), indent=1))
+    if not args.lomo:
+        return
+    row_fam = np.array([fam[i] for i in data.ids])
+    print(
+        "\n| held-out model | rows | TTFT in-sample | TTFT held out | ratio | TPOT in-sample | TPOT held out | ratio |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for f in sorted(set(row_fam)):
+        held = row_fam == f
+        order = sorted(np.flatnonzero(~held), key=lambda i: hashlib.sha256(data.ids[i].encode()).hexdigest())
+        keep = np.zeros(len(held), dtype=bool)
+        keep[order[: args.max_rows]] = True
+        refit, _ = fit_constants(data.without(keep), start(ParamTable()), sweeps=args.sweeps, fixed=tuple(pinned))
+        ht, hp = apes(data, refit, held)
+        it, ip = float(np.median(et[held])), float(np.median(ep[held]))
+        ot, op = float(np.median(ht)), float(np.median(hp))
+        print(
+            f"| {f} | {int(held.sum())} | {100 * it:.1f} % | {100 * ot:.1f} % | {ot / it:.2f} | "
+            f"{100 * ip:.1f} % | {100 * op:.1f} % | {op / ip:.2f} |",
+            flush=True,
+        )
+    print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
