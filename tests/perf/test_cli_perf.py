@@ -322,8 +322,12 @@ def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixtu
     meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
     acc = tmp_path / "acc.json"
     args = ["calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS]
-    code, stdout, _ = cli(capsys, *args, "--out", str(tmp_path / "p.csv"), "--accuracy-out", str(acc), "--json")
+    fig = tmp_path / "scatter.png"
+    code, stdout, _ = cli(
+        capsys, *args, "--out", str(tmp_path / "p.csv"), "--accuracy-out", str(acc), "--figure", str(fig), "--json"
+    )
     assert code == 0 and json.loads(stdout)["accuracy_out"] == str(acc)
+    assert json.loads(stdout)["figure"] == str(fig) and fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = load_accuracy(acc)
     assert table is not None and table.params_sha256 == fingerprint(shipped_path())
     # the three predicted rows: llama8 (h100, vllm), oss (b200, trtllm), pd (h200, sglang)
@@ -337,6 +341,11 @@ def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixtu
     args[3] = str(tmp_path / "n.csv")
     code, _, err = cli(capsys, *args, "--out", str(tmp_path / "p.csv"), "--accuracy-out", str(acc))
     assert code == 2 and "--accuracy-out" in err
+    code, _, err = cli(capsys, *args, "--out", str(tmp_path / "p.csv"), "--figure", str(tmp_path / "f.svg"))
+    assert code == 2 and "--figure" in err and "silicon" in err
+    args[3] = str(meas)
+    code, _, err = cli(capsys, *args, "--out", str(tmp_path / "q.csv"), "--figure", str(tmp_path / "f.jpg"))
+    assert code == 2 and "--figure must end in .png or .svg" in err and not (tmp_path / "q.csv").exists()
 
 
 def test_evaluate_without_silicon_columns_only_predicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -200,6 +200,10 @@ def evaluate(
             help="Also write the error bands per GPU and engine that `predict` shows (needs the silicon columns).",
         ),
     ] = None,
+    figure: Annotated[
+        Path | None,
+        typer.Option("--figure", help="Predicted against measured TTFT and TPOT (.png/.svg; needs silicon columns)."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict every row; write id,predicted_ttft_ms,predicted_tpot_ms,skipped_reason; print the errors."""
@@ -208,8 +212,11 @@ def evaluate(
     from tokenmill.perf.measurements import read_measurements
 
     rows, silicon = read_measurements(measurements)
-    if accuracy_out is not None and not silicon:
-        raise TokenmillError("--accuracy-out: needs the silicon_ttft_ms and silicon_tpot_ms columns in --measurements")
+    for flag, value in (("--accuracy-out", accuracy_out), ("--figure", figure)):
+        if value is not None and not silicon:
+            raise TokenmillError(f"{flag}: needs the silicon_ttft_ms and silicon_tpot_ms columns in --measurements")
+    if figure is not None and figure.suffix.lower() not in (".png", ".svg"):
+        raise TokenmillError(f"--figure must end in .png or .svg (got {figure.name!r})")
     table = load_table(params_file)
     with _progress(len(rows), json_out, "predicting") as bar:
         preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar)
@@ -236,11 +243,25 @@ def evaluate(
         acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file)
         acc.write(accuracy_out)
         result["accuracy_out"] = str(accuracy_out)
+    if figure is not None:
+        from tokenmill.report.calibration_figures import ScoredPoint, calibration_figure
+
+        points = [
+            ScoredPoint(p.backend, p.ttft_ms, p.measured_ttft_ms, p.tpot_ms, p.measured_tpot_ms)
+            for p in _scored_rows(preds)
+        ]
+        title = f"tokenmill predictions against {measurements.name}: {len(points)} fully specified rows"
+        result["figure"] = str(calibration_figure(points, figure, title))
     if json_out:
         print(json.dumps(result, indent=2))
         return
     _print_score(result, silicon)
     print(f"wrote {out}")
+
+
+def _scored_rows(preds: list[Any]) -> list[Any]:
+    """The fully specified rows that were predicted and have both measurements."""
+    return [p for p in preds if p.fully_specified and p.predicted and p.measured_ttft_ms and p.measured_tpot_ms]
 
 
 def _accuracy_table(preds: list[Any], params_path: Path, measurements: Path, params_file: Path | None) -> Any:
@@ -249,9 +270,7 @@ def _accuracy_table(preds: list[Any], params_path: Path, measurements: Path, par
     from tokenmill.perf.accuracy import AccuracyTable, Scored, fingerprint, measure
 
     scored = []
-    for p in preds:
-        if not (p.fully_specified and p.predicted and p.measured_ttft_ms and p.measured_tpot_ms):
-            continue
+    for p in _scored_rows(preds):
         scored.append(
             Scored(
                 load_gpu(p.system).name,
