@@ -80,6 +80,8 @@ def test_round_trip_and_fingerprint_gate(tmp_path: Path) -> None:
     params.write_text('{"global": {"step_overhead_s": 0.002}}\n')  # refitted, not re-evaluated
     band, note = band_for("h100", "vllm", params, path)
     assert band is None and "other constants" in note
+    band, note = band_for("h100", "vllm", tmp_path / "none.json", path)  # no constants file: the priors
+    assert band is None and "other constants" in note
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """How far the fitted constants' predictions land from measurements: the error a ``predict`` carries.
 
-A TTFT predicted to 0.52 s means little without knowing that, on the measured rows of the same
-GPU and engine, the model was off by a median 43 %. ``calibrate evaluate --accuracy-out FILE``
+A TTFT predicted at 0.52 s means little without knowing that, on the measured rows of the same
+engine, the model was off by a median 38 %. ``calibrate evaluate --accuracy-out FILE``
 writes that from the rows it scores, per group of rows: all of them, each engine, and each GPU
 under each engine. For every group it keeps the median and p90 absolute percentage error of TTFT
 and TPOT and the 10th and 90th percentiles of measured ÷ predicted, which give an interval: 80 %
@@ -221,7 +221,7 @@ def band_for(
     table = load_accuracy(path)
     if table is None:
         return None, "no accuracy measured for these constants (no accuracy.json shipped)"
-    if Path(params_path).exists() and fingerprint(params_path) != table.params_sha256:
+    if not Path(params_path).exists() or fingerprint(params_path) != table.params_sha256:
         return None, (
             "no accuracy measured for these constants (accuracy.json was measured with other constants; "
             "`tokenmill calibrate evaluate ... --accuracy-out` measures them)"
