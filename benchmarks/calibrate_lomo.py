@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from tokenmill.perf.calibrate import collect, fit_constants, predict_rows
+from tokenmill.perf.calibrate import collect, fit_constants, fitting_rows, predict_rows
 from tokenmill.perf.calibrated import ParamTable, load_table
 from tokenmill.perf.measurements import find_config, read_measurements
 
@@ -51,12 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows, _ = read_measurements(args.measurements)
-    full = [
-        r
-        for r in rows
-        if (r.get("mode") != "disagg" or (r.get("prefill_batch_size") and r.get("decode_batch_size")))
-        and r.get("silicon_ttft_ms")
-    ]
+    full = fitting_rows(rows)
     shipped = load_table(args.params)
     preds = predict_rows(full, args.models_dir, shipped, record=True, jobs=args.jobs)
     data = collect(preds, versions=args.versions)

@@ -26,12 +26,13 @@ import hashlib
 import json
 import sys
 import time
+from dataclasses import fields
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from tokenmill.perf.calibrate import FitData, collect, fit_constants, predict_recorded, predict_rows
+from tokenmill.perf.calibrate import FitData, collect, fit_constants, fitting_rows, predict_recorded, predict_rows
 from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
 from tokenmill.perf.measurements import read_measurements
 from tokenmill.perf.params import GLOBAL_FIELDS
@@ -39,7 +40,8 @@ from tokenmill.perf.params import GLOBAL_FIELDS
 sys.path.insert(0, str(Path(__file__).parent))
 from calibrate_lomo import family
 
-ARRAYS = ("features", "row", "tw", "pw", "sync", "row_gpu", "row_eng", "meas_ttft", "meas_tpot", "row_ver")
+#: FitData's arrays (the rest are its name lists, kept in the cache's JSON meta)
+ARRAYS = tuple(f.name for f in fields(FitData) if f.name not in ("gpus", "engines", "ids", "versions"))
 
 
 def code_key() -> str:
@@ -63,12 +65,7 @@ def recorded(cache: Path, measurements: str, models_dir: str, jobs: int) -> tupl
             return data, meta["family"]
         print("recorded steps are stale: replaying again", file=sys.stderr)
     rows, _ = read_measurements(measurements)
-    full = [
-        r
-        for r in rows
-        if (r.get("mode") != "disagg" or (r.get("prefill_batch_size") and r.get("decode_batch_size")))
-        and r.get("silicon_ttft_ms")
-    ]
+    full = fitting_rows(rows)
     preds = predict_rows(full, models_dir, load_table(), record=True, jobs=jobs)
     data = collect(preds)
     fam = {r["id"]: family(r["model_path"], models_dir) for r in full}

@@ -22,88 +22,17 @@ from typer.testing import CliRunner
 
 from tokenmill.cli import app
 
-POINTS = [
-    (
-        "K3 8×B300 TP8, 8,400/512, C=1",
-        [
-            "--model",
-            "kimi-k3",
-            "--gpu",
-            "b300",
-            "--gpus",
-            "8",
-            "--tp",
-            "8",
-            "--pool-ratio",
-            "1.1",
-            "--isl",
-            "8400",
-            "--osl",
-            "512",
-            "--concurrency",
-            "1",
-        ],
-    ),
-    (
-        "K3 8×B300 TP8, 8,400/512, C=64",
-        [
-            "--model",
-            "kimi-k3",
-            "--gpu",
-            "b300",
-            "--gpus",
-            "8",
-            "--tp",
-            "8",
-            "--pool-ratio",
-            "1.1",
-            "--isl",
-            "8400",
-            "--osl",
-            "512",
-            "--concurrency",
-            "64",
-        ],
-    ),
+K3 = "--model kimi-k3 --gpu b300 --gpus 8 --tp 8 --pool-ratio 1.1 --isl 8400 --osl 512"
+POINTS = [  # (label, predict's arguments)
+    ("K3 8×B300 TP8, 8,400/512, C=1", f"{K3} --concurrency 1"),
+    ("K3 8×B300 TP8, 8,400/512, C=64", f"{K3} --concurrency 64"),
     (
         "DeepSeek-R1 8×H200 TP8, 8k/1k, C=256",
-        [
-            "--model",
-            "deepseek-r1",
-            "--gpu",
-            "h200",
-            "--gpus",
-            "8",
-            "--tp",
-            "8",
-            "--isl",
-            "8192",
-            "--osl",
-            "1024",
-            "--concurrency",
-            "256",
-        ],
+        "--model deepseek-r1 --gpu h200 --gpus 8 --tp 8 --isl 8192 --osl 1024 --concurrency 256",
     ),
     (
         "Llama-3.1-70B 4×H100 TP4 vLLM, 1k/1k, C=64",
-        [
-            "--model",
-            "llama-3.1-70b",
-            "--gpu",
-            "h100",
-            "--gpus",
-            "4",
-            "--tp",
-            "4",
-            "--isl",
-            "1024",
-            "--osl",
-            "1024",
-            "--concurrency",
-            "64",
-            "--backend",
-            "vllm",
-        ],
+        "--model llama-3.1-70b --gpu h100 --gpus 4 --tp 4 --isl 1024 --osl 1024 --concurrency 64 --backend vllm",
     ),
 ]
 
@@ -115,7 +44,8 @@ def main() -> None:
     exe = shutil.which("tokenmill") or str(Path(sys.executable).with_name("tokenmill"))
     runner = CliRunner()
     print(f"{'operating point':46} {'command (s)':>12} {'in-process (s)':>15}  ttft_ms / tpot_ms")
-    for label, argv in POINTS:
+    for label, flags in POINTS:
+        argv = flags.split()
         cmd_times, call_times = [], []
         out: dict[str, float] = {}
         for _ in range(args.repeat):

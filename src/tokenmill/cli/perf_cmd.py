@@ -215,8 +215,10 @@ def evaluate(
     for flag, value in (("--accuracy-out", accuracy_out), ("--figure", figure)):
         if value is not None and not silicon:
             raise TokenmillError(f"{flag}: needs the silicon_ttft_ms and silicon_tpot_ms columns in --measurements")
-    if figure is not None and figure.suffix.lower() not in (".png", ".svg"):
-        raise TokenmillError(f"--figure must end in .png or .svg (got {figure.name!r})")
+    if figure is not None:
+        from tokenmill.report.memory_figures import _check_suffix
+
+        _check_suffix(figure)  # before the replay, not after it
     table = load_table(params_file)
     with _progress(len(rows), json_out, "predicting") as bar:
         preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar)

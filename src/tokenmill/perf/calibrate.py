@@ -155,6 +155,11 @@ def _row_fully_specified(row: dict[str, str]) -> bool:
     return all((row.get(k) or "").strip() for k in ("prefill_batch_size", "decode_batch_size", "decode_num_workers"))
 
 
+def fitting_rows(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows a fit (and its benchmarks) score: fully specified, with a measured TTFT."""
+    return [r for r in rows if _row_fully_specified(r) and (r.get("silicon_ttft_ms") or "").strip()]
+
+
 # --- running many rows ------------------------------------------------------------------------
 
 _WORKER: dict[str, Any] = {}
@@ -700,8 +705,7 @@ def fit(
     if not versions:
         table = table.copy()
         table.versions = {}
-    usable = [r for r in rows if _row_fully_specified(r) and (r.get("silicon_ttft_ms") or "").strip()]
-    chosen = select_rows(usable, max_rows)
+    chosen = select_rows(fitting_rows(rows), max_rows)
     report: FitReport | None = None
     data: FitData | None = None
     for rnd in range(rounds):
