@@ -13,6 +13,14 @@ no per-engine, per-release or per-model constant reaches.
 
 It also prints how much rows that repeat a configuration (every column but the id, the source
 and the results) disagree with each other: a floor the file itself sets.
+
+**TPOT split.** Where a configuration was measured at the same concurrency with 128 and 512 output
+tokens (nothing else different), its mean TPOT is read as ``d + H / (OSL − 1)``: ``d`` the decode
+step (the context hardly changes between the two), ``H`` the time a request's decode spends
+behind other requests' prompts over its life (prefill steps, or prefill chunks riding in its
+decode steps). Two lengths give both, for the measurements and for the predictions alike; a
+256-token row, where there is one, checks the form. By engine release: how far the predicted
+decode step and the predicted interference are from the measured ones.
 """
 
 from __future__ import annotations
@@ -71,6 +79,50 @@ def _concurrency(r: Row) -> str:
     return r.get("batch_size", "")
 
 
+SPLIT_OSL = (128, 512)
+
+
+def _split(t_short: float, t_long: float) -> tuple[float, float]:
+    """(d, H) from mean TPOTs at SPLIT_OSL: TPOT = d + H / (OSL − 1)."""
+    a, b = (n - 1 for n in SPLIT_OSL)
+    h = (t_short - t_long) / (1 / a - 1 / b)
+    return t_long - h / b, h
+
+
+def tpot_split(scored: list[tuple[Row, float, float]], predicted: dict[str, float]) -> dict[str, dict[str, float]]:
+    """By engine release: campaigns split, and the medians of predicted ÷ measured d and H."""
+    same: dict[tuple[str, ...], dict[int, Row]] = defaultdict(dict)
+    for r, _, _ in scored:
+        if r["mode"] != "agg":
+            continue
+        key = (*(v for k, v in sorted(r.items()) if k not in _RESULTS | {"osl"}), _concurrency(r))
+        same[key][int(r["osl"])] = r
+    ratios: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for by_osl in same.values():
+        if not all(n in by_osl for n in SPLIT_OSL):
+            continue
+        short, long_ = (by_osl[n] for n in SPLIT_OSL)
+        dm, hm = _split(float(short["silicon_tpot_ms"]), float(long_["silicon_tpot_ms"]))
+        dp, hp = _split(predicted[short["id"]], predicted[long_["id"]])
+        if hm <= 0 or hp <= 0:
+            continue  # interference below the two rows' noise: nothing to compare
+        check = float("nan")
+        if 256 in by_osl:
+            check = (dm + hm / 255) / float(by_osl[256]["silicon_tpot_ms"]) - 1
+        release = f"{short['backend']} {short['backend_version'] or '(none)'}"
+        ratios[release].append((dp / dm, hp / hm, check))
+    out = {}
+    for release, vals in sorted(ratios.items()):
+        checks = [abs(c) for _, _, c in vals if not math.isnan(c)]
+        out[release] = {
+            "campaign_points": len(vals),
+            "decode_step_pred_over_meas": statistics.median(v[0] for v in vals),
+            "interference_pred_over_meas": statistics.median(v[1] for v in vals),
+            "form_check_median_ape": statistics.median(checks) if checks else float("nan"),
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--predictions", required=True, help="PRED.csv written by `tokenmill calibrate evaluate`")
@@ -116,6 +168,8 @@ def main() -> None:
         "ttft_median_spread": statistics.median(spreads) if spreads else None,
         "ttft_p90_spread": sorted(spreads)[int(0.9 * (len(spreads) - 1))] if spreads else None,
     }
+    predicted_tpot = {p["id"]: float(p["predicted_tpot_ms"]) for p in predictions if p["predicted_tpot_ms"]}
+    out["tpot_split"] = tpot_split(scored, predicted_tpot)
     if args.json:
         print(json.dumps(out, indent=2))
         return
@@ -133,6 +187,19 @@ def main() -> None:
         if spread is not None
         else "no repeated configurations"
     )
+    split = out["tpot_split"]
+    assert isinstance(split, dict)
+    print(f"\nTPOT = d + H / (OSL - 1) from rows at {SPLIT_OSL[0]} and {SPLIT_OSL[1]} output tokens:")
+    print(
+        "| engine release | points | decode step d, predicted ÷ measured | interference H, predicted ÷ measured "
+        "| form check at 256 (median error) |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for release, v in split.items():
+        print(
+            f"| {release} | {v['campaign_points']} | {v['decode_step_pred_over_meas']:.2f} | "
+            f"{v['interference_pred_over_meas']:.2f} | {100 * v['form_check_median_ape']:.1f} % |"
+        )
 
 
 if __name__ == "__main__":

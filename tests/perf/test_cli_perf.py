@@ -284,6 +284,9 @@ def test_predict_table_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None
         capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--concurrency", "0"
     )
     assert code == 2 and "--concurrency" in err
+    # a layout that does not fit is one line naming what does not fit, said once
+    code, _, err = cli(capsys, "predict", "--model", "kimi-k3", "--gpu", "b300", "--gpus", "3")
+    assert code == 2 and err.count("does not fit") == 1 and "per GPU" in err, err
 
 
 def test_evaluate_predicts_scores_and_skips_with_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -67,7 +67,7 @@ def predict(
     b = _check_backend(backend)
     plan = build_plan(model, gpu, gpus, layout_flags or {})
     if not plan.fits:
-        raise TokenmillError(f"does not fit: {plan.reason}")
+        raise TokenmillError(str(plan.reason))
     params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
     pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
     out = pred.to_dict()

@@ -267,7 +267,7 @@ def sweep(
     with Progress(disable=not show, transient=True) as progress:
         for name, plan in zip(names, plans, strict=True):
             if not plan.fits:
-                raise TokenmillError(f"layout {name!r} does not fit: {plan.reason}")
+                raise TokenmillError(f"layout {name!r}: {plan.reason}")
             opts = SimOptions(accept_length=_accept_length(plan, accept_length), max_time_s=duration + 300.0, perf=perf)
             entry: dict[str, Any] = {"rates": [], "concurrency": []}
             task = progress.add_task(name, total=len(rate_list) + len(conc_list) + (12 if find_sustained else 0))

@@ -78,7 +78,7 @@ def _plan(config: str, gemm: str, moe: str, gpu_name: str, layout: Layout) -> Me
 def _fitting_plan(spec: RowSpec, gpu: GPU, layout: Layout) -> MemoryPlan:
     plan = _plan(str(spec.config_path), spec.gemm_mode, spec.moe_mode, gpu.name, layout)
     if not plan.fits:
-        raise TokenmillError(f"does not fit: {plan.reason}")
+        raise TokenmillError(str(plan.reason))
     return plan
 
 

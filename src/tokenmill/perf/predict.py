@@ -92,7 +92,7 @@ def predict(
         if value <= 0:
             raise TokenmillError(f"{name} must be a positive integer (got {value})")
     if not plan.fits:
-        raise TokenmillError(f"does not fit: {plan.reason}")
+        raise TokenmillError(str(plan.reason))
     spec = plan.layout.speculative
     accept = default_accept_length(plan) if accept_length is None else accept_length
     if accept < 1 or (spec.enabled and accept > spec.num_draft_tokens):

@@ -397,7 +397,7 @@ def replay_aggregated(
     """Closed loop of ``concurrency`` lanes over the plan's workers (one worker replayed);
     ``stride`` overrides the macro-step length (1: every decode step is run)."""
     if not plan.fits:
-        raise TokenmillError(f"cannot replay a plan that does not fit: {plan.reason}")
+        raise TokenmillError(f"cannot replay: {plan.reason}")
     cost = CostModel(plan.model, plan.gpu, plan.layout, params)
     policy = engine_policy(backend, plan.gpu, plan.layout)
     workers = plan.replicas
@@ -464,7 +464,7 @@ def replay_disaggregated(
     """Prefill workers replayed in closed loop; decode workers in steady state (module doc)."""
     for plan in (prefill_plan, decode_plan):
         if not plan.fits:
-            raise TokenmillError(f"cannot replay a plan that does not fit: {plan.reason}")
+            raise TokenmillError(f"cannot replay: {plan.reason}")
     gpu = prefill_plan.gpu
     pcost = CostModel(prefill_plan.model, gpu, prefill_plan.layout, params)
     dcost = CostModel(decode_plan.model, gpu, decode_plan.layout, params)

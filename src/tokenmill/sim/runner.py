@@ -83,7 +83,7 @@ class SimulationResult:
 def scheduler_config_for(plan: MemoryPlan, options: SimOptions) -> SchedulerConfig:
     """Pool sizes and policies of one scheduler, from the plan (the same for the real engine)."""
     if not plan.fits:
-        raise TokenmillError(f"cannot simulate a plan that does not fit: {plan.reason}")
+        raise TokenmillError(f"cannot simulate: {plan.reason}")
     lay = plan.layout
     page_tokens = lay.page_size * lay.dcp
     hybrid = plan.model.is_hybrid
