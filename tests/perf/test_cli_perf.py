@@ -234,6 +234,9 @@ def test_predict_json(capsys: pytest.CaptureFixture[str]) -> None:
         "collectives",
     }
     assert d["backend"] == "sglang" and d["layout"]["tp"] == 8
+    split = d["tpot_split_ms"]
+    assert split["decode_step"] + split["behind_prompts"] == pytest.approx(d["tpot_ms"], abs=1e-3)
+    assert split["decode_step"] == pytest.approx(d["decode_step"]["ms"], rel=1e-4)  # one token per step
     # the shipped bands: B300 under SGLang is one model's campaign (31 DeepSeek-V3 rows), so the band
     # is the engine's, over all its GPUs and models
     acc = d["accuracy"]
@@ -278,6 +281,7 @@ def test_predict_table_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None
         "vllm",
     )
     assert code == 0 and "tpot_ms" in out and "one decode step" in out
+    assert "in steps shared with other requests' prompts" in " ".join(out.split())
     code, _, err = cli(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--backend", "tgi")
     assert code == 2 and "--backend" in err
     code, _, err = cli(

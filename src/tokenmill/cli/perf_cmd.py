@@ -112,6 +112,12 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
             cells += ["", ""]
         t.add_row(*cells)
     console.print(t)
+    split = out["tpot_split_ms"]
+    console.print(
+        f"TPOT {out['tpot_ms']:,.2f} ms = decode step {split['decode_step']:,.2f} ms + "
+        f"{split['behind_prompts']:,.2f} ms in steps shared with other requests' prompts "
+        "(what a disaggregated decode worker does not pay)"
+    )
     step = out["decode_step"]
     d = Table(title=f"one decode step: {step['batch']} requests at {step['context']:,} tokens", show_edge=False)
     d.add_column("component")

@@ -6,6 +6,12 @@ closed loop at concurrency C. The answer comes from the closed-loop replay (``pe
 the calibrated constants of the GPU and engine (``perf.calibrated``); the notes say where a
 constant fell back to a prior. Per-GPU throughput divides by all GPUs of the deployment, as
 InferenceX does (DCP adds no GPUs).
+
+TPOT is split in two: the decode step (one pure decode step at the run's mean batch and context,
+per token it yields) and the rest, the time a request's decode spends in steps that also ran
+other requests' prompts (prefill steps, or prefill chunks riding in its decode steps). The second
+part is what a disaggregated decode worker does not pay, and in the calibration file it is where
+the engines differ most from the model (docs/perf.md §4, "Where the TPOT error lives").
 """
 
 from __future__ import annotations
@@ -47,7 +53,14 @@ class Prediction:
     total_throughput_per_gpu: float
     decode_step: dict[str, Any]
     params: dict[str, float]
+    decode_step_per_token_ms: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def behind_prompts_ms(self) -> float:
+        """TPOT beyond the decode step: steps shared with other requests' prompts (≥ 0; at one
+        lane the two differ only by the mid-context approximation)."""
+        return max(0.0, self.tpot_ms - self.decode_step_per_token_ms)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +75,10 @@ class Prediction:
             "accept_length": self.accept_length,
             "ttft_ms": round(self.ttft_ms, 3),
             "tpot_ms": round(self.tpot_ms, 4),
+            "tpot_split_ms": {
+                "decode_step": round(self.decode_step_per_token_ms, 4),
+                "behind_prompts": round(self.behind_prompts_ms, 4),
+            },
             "e2e_ms": round(self.e2e_ms, 3),
             "requests_per_s": round(self.requests_per_s, 4),
             "output_throughput_per_gpu": round(self.output_throughput_per_gpu, 3),
@@ -119,4 +136,5 @@ def predict(
         decode_step=step,
         params=params.to_dict(),
         notes=[*(notes or []), *res.notes],
+        decode_step_per_token_ms=step["seconds"] * 1e3 / accept,
     )
