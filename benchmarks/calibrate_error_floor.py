@@ -1,7 +1,8 @@
 """Where the prediction error lives: what a constant per group of rows could remove at best.
 
 Run: ``.venv/bin/python benchmarks/calibrate_error_floor.py --predictions PRED.csv
-[--measurements FILE.csv] [--json]`` on the output of ``tokenmill calibrate evaluate``.
+[--measurements FILE.csv] [--json] [--split-figure FILE.png|.svg ...]`` on the output of
+``tokenmill calibrate evaluate``.
 
 For each grouping of the fully specified rows (engine release; release and GPU; model, GPU and
 engine; a benchmark campaign = release, model, GPU, ISL and OSL, all layouts and concurrencies),
@@ -35,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tokenmill.perf.calibrate import _row_fully_specified
+from tokenmill.report.calibration_figures import SplitPoint, tpot_split_figure
 
 DEFAULT_MEASUREMENTS = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "serving_measurements.csv"
 
@@ -89,15 +91,16 @@ def _split(t_short: float, t_long: float) -> tuple[float, float]:
     return t_long - h / b, h
 
 
-def tpot_split(scored: list[tuple[Row, float, float]], predicted: dict[str, float]) -> dict[str, dict[str, float]]:
-    """By engine release: campaigns split, and the medians of predicted ÷ measured d and H."""
+def split_points(scored: list[tuple[Row, float, float]], predicted: dict[str, float]) -> list[tuple[SplitPoint, float]]:
+    """Every configuration measured at both SPLIT_OSL (all else equal) with both ``H`` positive:
+    its measured and predicted split, and the form's error on its 256-token row (nan: none)."""
     same: dict[tuple[str, ...], dict[int, Row]] = defaultdict(dict)
     for r, _, _ in scored:
         if r["mode"] != "agg":
             continue
         key = (*(v for k, v in sorted(r.items()) if k not in _RESULTS | {"osl"}), _concurrency(r))
         same[key][int(r["osl"])] = r
-    ratios: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    out = []
     for by_osl in same.values():
         if not all(n in by_osl for n in SPLIT_OSL):
             continue
@@ -110,14 +113,22 @@ def tpot_split(scored: list[tuple[Row, float, float]], predicted: dict[str, floa
         if 256 in by_osl:
             check = (dm + hm / 255) / float(by_osl[256]["silicon_tpot_ms"]) - 1
         release = f"{short['backend']} {short['backend_version'] or '(none)'}"
-        ratios[release].append((dp / dm, hp / hm, check))
+        out.append((SplitPoint(release, dm, dp, hm, hp), check))
+    return out
+
+
+def tpot_split(points: list[tuple[SplitPoint, float]]) -> dict[str, dict[str, float]]:
+    """By engine release: configurations split, and the medians of predicted ÷ measured d and H."""
+    by: dict[str, list[tuple[SplitPoint, float]]] = defaultdict(list)
+    for pt, check in points:
+        by[pt.release].append((pt, check))
     out = {}
-    for release, vals in sorted(ratios.items()):
-        checks = [abs(c) for _, _, c in vals if not math.isnan(c)]
+    for release, vals in sorted(by.items()):
+        checks = [abs(c) for _, c in vals if not math.isnan(c)]
         out[release] = {
             "campaign_points": len(vals),
-            "decode_step_pred_over_meas": statistics.median(v[0] for v in vals),
-            "interference_pred_over_meas": statistics.median(v[1] for v in vals),
+            "decode_step_pred_over_meas": statistics.median(p.pred_step_ms / p.meas_step_ms for p, _ in vals),
+            "interference_pred_over_meas": statistics.median(p.pred_behind_ms / p.meas_behind_ms for p, _ in vals),
             "form_check_median_ape": statistics.median(checks) if checks else float("nan"),
         }
     return out
@@ -128,6 +139,13 @@ def main() -> None:
     ap.add_argument("--predictions", required=True, help="PRED.csv written by `tokenmill calibrate evaluate`")
     ap.add_argument("--measurements", default=str(DEFAULT_MEASUREMENTS))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--split-figure",
+        action="append",
+        default=[],
+        metavar="FILE.png|.svg",
+        help="draw the TPOT split, predicted against measured (repeatable)",
+    )
     args = ap.parse_args()
     with open(args.measurements, newline="") as fh:
         rows = {r["id"]: r for r in csv.DictReader(fh)}
@@ -169,7 +187,10 @@ def main() -> None:
         "ttft_p90_spread": sorted(spreads)[int(0.9 * (len(spreads) - 1))] if spreads else None,
     }
     predicted_tpot = {p["id"]: float(p["predicted_tpot_ms"]) for p in predictions if p["predicted_tpot_ms"]}
-    out["tpot_split"] = tpot_split(scored, predicted_tpot)
+    points = split_points(scored, predicted_tpot)
+    out["tpot_split"] = tpot_split(points)
+    for path in args.split_figure:
+        tpot_split_figure([p for p, _ in points], Path(path))
     if args.json:
         print(json.dumps(out, indent=2))
         return

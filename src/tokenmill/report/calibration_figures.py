@@ -7,9 +7,10 @@ TTFT, ±12 % for TPOT), so how the errors spread, and for which engine, is visib
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,54 +28,114 @@ class ScoredPoint(NamedTuple):
     meas_tpot_ms: float
 
 
+def _log_labels(ax: Any) -> None:
+    """Plain numbers on the log axes; on a range under two decades also 2× and 5× (matplotlib's
+    own minor labels collide there)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        if lo > 0 and hi / lo < 100:
+            axis.set_minor_formatter(
+                FuncFormatter(lambda x, _: f"{x:g}" if round(x / 10 ** math.floor(math.log10(x))) in (2, 5) else "")
+            )
+        else:
+            axis.set_minor_formatter(NullFormatter())
+
+
+def _panel(
+    ax: Any,
+    meas: np.ndarray,
+    pred: np.ndarray,
+    groups: Sequence[str],
+    colors: dict[str, str],
+    target: float | None,
+    unit: str,
+    size: float,
+) -> None:
+    """One predicted-against-measured scatter on log axes: the diagonal, ±``target`` dashed, and
+    the median |error| (and the share within the target) in the corner."""
+    ok = (pred > 0) & (meas > 0)
+    names = np.array(groups)
+    for name in sorted(set(groups)):
+        sel = ok & (names == name)
+        ax.scatter(
+            meas[sel],
+            pred[sel],
+            s=size,
+            alpha=0.45 if size < 10 else 0.7,
+            color=colors.get(name, "#9c755f"),
+            label=f"{name} ({int(sel.sum())})",
+            linewidths=0,
+        )
+    if ok.any():
+        lo = float(min(meas[ok].min(), pred[ok].min())) * 0.8
+        hi = float(max(meas[ok].max(), pred[ok].max())) * 1.25
+        xs = np.array([lo, hi])
+        ax.plot(xs, xs, color="black", linewidth=0.8)
+        ape = np.abs(pred[ok] / meas[ok] - 1)
+        text = f"median |error| {100 * float(np.median(ape)):.1f} %, p90 {100 * float(np.percentile(ape, 90)):.1f} %"
+        if target is not None:
+            ax.plot(xs, xs * (1 + target), color="gray", linewidth=0.7, linestyle="--")
+            ax.plot(xs, xs * (1 - target), color="gray", linewidth=0.7, linestyle="--")
+            text += f"\nwithin ±{100 * target:.0f} % (dashed): {100 * float(np.mean(ape <= target)):.0f} % of rows"
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.text(0.03, 0.97, text, transform=ax.transAxes, va="top", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _log_labels(ax)
+    ax.set_xlabel(f"measured {unit}")
+    ax.set_ylabel(f"predicted {unit}")
+    ax.legend(fontsize=8, loc="lower right", markerscale=2)
+    ax.grid(True, which="major", alpha=0.25)
+
+
 def calibration_figure(points: Sequence[ScoredPoint], path: Path, title: str = "") -> Path:
     """Write the two scatter panels (TTFT, TPOT) of ``points`` to ``path`` (.png or .svg)."""
     _check_suffix(path)
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
+    engines = [p.backend for p in points]
     for ax, metric in zip(axes, ("ttft", "tpot"), strict=True):
         pred = np.array([getattr(p, f"pred_{metric}_ms") for p in points])
         meas = np.array([getattr(p, f"meas_{metric}_ms") for p in points])
-        ok = (pred > 0) & (meas > 0)
-        for engine in sorted({p.backend for p in points}):
-            sel = ok & np.array([p.backend == engine for p in points])
-            ax.scatter(
-                meas[sel],
-                pred[sel],
-                s=6,
-                alpha=0.45,
-                color=ENGINE_COLORS.get(engine, "#9c755f"),
-                label=f"{engine} ({int(sel.sum())} rows)",
-                linewidths=0,
-            )
-        if ok.any():
-            lo = float(min(meas[ok].min(), pred[ok].min())) * 0.8
-            hi = float(max(meas[ok].max(), pred[ok].max())) * 1.25
-            xs = np.array([lo, hi])
-            t = TARGETS[metric]
-            ax.plot(xs, xs, color="black", linewidth=0.8)
-            ax.plot(xs, xs * (1 + t), color="gray", linewidth=0.7, linestyle="--")
-            ax.plot(xs, xs * (1 - t), color="gray", linewidth=0.7, linestyle="--")
-            ax.set_xlim(lo, hi)
-            ax.set_ylim(lo, hi)
-            ape = np.abs(pred[ok] / meas[ok] - 1)
-            ax.text(
-                0.03,
-                0.97,
-                f"median |error| {100 * float(np.median(ape)):.1f} %, p90 {100 * float(np.percentile(ape, 90)):.1f} %\n"
-                f"within ±{100 * t:.0f} % (dashed): {100 * float(np.mean(ape <= t)):.0f} % of rows",
-                transform=ax.transAxes,
-                va="top",
-                fontsize=8,
-            )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
         name = "time to first token" if metric == "ttft" else "time per output token"
-        ax.set_xlabel(f"measured {name} (ms)")
-        ax.set_ylabel(f"predicted {name} (ms)")
-        ax.legend(fontsize=8, loc="lower right", markerscale=2)
-        ax.grid(True, which="major", alpha=0.25)
+        _panel(ax, meas, pred, engines, ENGINE_COLORS, TARGETS[metric], f"{name} (ms)", 6)
     fig.suptitle(title or "predicted against measured")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+class SplitPoint(NamedTuple):
+    """One configuration's TPOT = d + H / (OSL − 1), measured and predicted (ms)."""
+
+    release: str
+    meas_step_ms: float
+    pred_step_ms: float
+    meas_behind_ms: float
+    pred_behind_ms: float
+
+
+def tpot_split_figure(points: Sequence[SplitPoint], path: Path, title: str = "") -> Path:
+    """The decode step ``d`` and the time behind other prompts ``H``, predicted against measured,
+    one point per configuration, coloured by engine release (``calibrate_error_floor.py``)."""
+    _check_suffix(path)
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
+    releases = [p.release for p in points]
+    colors = {r: ENGINE_COLORS.get(r.split()[0], "#9c755f") for r in releases}
+    for ax, (field, unit) in zip(
+        axes,
+        (("step", "decode step d (ms)"), ("behind", "time behind other prompts H over a request's life (ms)")),
+        strict=True,
+    ):
+        meas = np.array([getattr(p, f"meas_{field}_ms") for p in points])
+        pred = np.array([getattr(p, f"pred_{field}_ms") for p in points])
+        _panel(ax, meas, pred, releases, colors, None, unit, 14)
+    fig.suptitle(title or "TPOT = d + H / (OSL − 1), from rows at 128 and 512 output tokens")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
