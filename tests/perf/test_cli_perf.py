@@ -293,6 +293,40 @@ def test_predict_table_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 2 and err.count("does not fit") == 1 and "per GPU" in err, err
 
 
+def test_predict_disaggregated(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--isl", "2000", "--osl", "200"]
+    code, out, _ = cli(
+        capsys,
+        *base,
+        "--concurrency",
+        "16",
+        "--prefill-workers",
+        "2",
+        "--decode-workers",
+        "1",
+        "--decode-gpus",
+        "2",
+        "--decode-layout",
+        "tp=2",
+        "--json",
+    )
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["gpus"] == 4 and d["disaggregated"]["decode_layout"]["tp"] == 2
+    assert d["disaggregated"]["prefill_workers"] == 2 and d["disaggregated"]["decode_gpus_per_worker"] == 2
+    assert d["tpot_split_ms"]["behind_prompts"] == pytest.approx(0.0, abs=1e-3)
+    assert any("KV hand-over" in n for n in d["notes"])
+    for flags, message in (
+        (["--decode-layout", "tp=2"], "need --decode-workers"),
+        (["--decode-workers", "1", "--decode-layout", "width=2"], "--decode-layout: 'width=2'"),
+        (["--decode-workers", "1", "--decode-layout", "tp=two"], "tp must be an integer"),
+        (["--decode-workers", "-1"], "--decode-workers must be 0"),
+        (["--decode-workers", "1", "--prefill-workers", "0"], "--prefill-workers must be a positive integer"),
+    ):
+        code, _, err = cli(capsys, *base, *flags)
+        assert code == 2 and message in err, (flags, err)
+
+
 def test_evaluate_predicts_scores_and_skips_with_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
     out = tmp_path / "pred.csv"

@@ -29,6 +29,34 @@ calibrate_app = typer.Typer(
 )
 
 
+#: Sizes ``--decode-layout`` may set (the layout flags' names, dashes for underscores).
+DECODE_LAYOUT_KEYS = ("tp", "ep", "pp", "dp-attention", "dcp", "moe-a2a-backend", "max-running-requests")
+
+
+def decode_flags(flags: dict[str, Any], spec: str | None) -> dict[str, Any]:
+    """The prefill worker's layout flags with ``--decode-layout`` KEY=VALUE,… applied; ``tp`` is
+    recomputed from the decode worker's GPUs unless given."""
+    out = {**flags, "tp": None}
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in DECODE_LAYOUT_KEYS:
+            raise TokenmillError(
+                f"--decode-layout: {item.strip()!r} is not KEY=VALUE with KEY one of {', '.join(DECODE_LAYOUT_KEYS)}"
+            )
+        name = key.replace("-", "_")
+        if name == "moe_a2a_backend":
+            out[name] = value.strip()
+            continue
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise TokenmillError(f"--decode-layout: {key} must be an integer (got {value.strip()!r})") from None
+    return out
+
+
 def _check_backend(backend: str) -> str:
     b = backend.strip().lower()
     if b not in ("sglang", "vllm", "trtllm"):
@@ -56,20 +84,57 @@ def predict(
         float | None, typer.Option("--accept-length", help="Tokens accepted per verify pass (default: 2.7 DSPARK).")
     ] = None,
     params_file: ParamsOpt = None,
+    prefill_workers: Annotated[
+        int, typer.Option("--prefill-workers", help="Disaggregated: prefill workers of the layout above.")
+    ] = 1,
+    decode_workers: Annotated[
+        int, typer.Option("--decode-workers", help="Disaggregated: decode workers (0 = aggregated serving).")
+    ] = 0,
+    decode_gpus: Annotated[
+        int | None, typer.Option("--decode-gpus", help="Disaggregated: GPUs per decode worker (default: --gpus).")
+    ] = None,
+    decode_layout: Annotated[
+        str | None,
+        typer.Option(
+            "--decode-layout",
+            help="Disaggregated: the decode worker's sizes as KEY=N,… ("
+            + ", ".join(DECODE_LAYOUT_KEYS)
+            + "); the rest as for the prefill worker.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
-    """Predict TTFT, TPOT and per-GPU throughput of a deployment at a closed-loop operating point."""
+    """Predict TTFT, TPOT and per-GPU throughput of a deployment at a closed-loop operating point.
+
+    With ``--decode-workers D`` the deployment is disaggregated: ``--prefill-workers`` workers of
+    the layout flags over ``--gpus`` GPUs each prefill, D workers of ``--decode-layout`` over
+    ``--decode-gpus`` GPUs each decode, and the KV (and state) of every request is handed over."""
     from tokenmill.perf.accuracy import band_for
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.predict import predict as run
+    from tokenmill.perf.predict import predict_disaggregated
 
     b = _check_backend(backend)
-    plan = build_plan(model, gpu, gpus, layout_flags or {})
+    flags = layout_flags or {}
+    plan = build_plan(model, gpu, gpus, flags)
+    if decode_workers < 0:
+        raise TokenmillError(f"--decode-workers must be 0 (aggregated) or more (got {decode_workers})")
+    if not decode_workers and (decode_gpus is not None or decode_layout is not None or prefill_workers != 1):
+        raise TokenmillError("--prefill-workers, --decode-gpus and --decode-layout need --decode-workers ≥ 1")
     if not plan.fits:
-        raise TokenmillError(str(plan.reason))
+        raise TokenmillError(f"prefill worker: {plan.reason}" if decode_workers else str(plan.reason))
     params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
-    pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
+    if decode_workers:
+        if accept_length is not None:
+            raise TokenmillError("--accept-length needs speculative decoding, which disaggregated workers do not model")
+        dgpus = gpus if decode_gpus is None else decode_gpus
+        dplan = build_plan(model, gpu, dgpus, decode_flags(flags, decode_layout))
+        pred = predict_disaggregated(
+            plan, dplan, prefill_workers, decode_workers, b, isl, osl, concurrency, params, notes
+        )
+    else:
+        pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
     out = pred.to_dict()
     band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())
     out["accuracy"] = None
@@ -83,7 +148,13 @@ def predict(
     if json_out:
         print(json.dumps(out, indent=2))
         return
-    _print_prediction(out, plan.layout.describe())
+    described = plan.layout.describe()
+    if decode_workers:
+        described = (
+            f"{prefill_workers} prefill × {described} ({plan.gpus} GPUs) + "
+            f"{decode_workers} decode × {dplan.layout.describe()} ({dplan.gpus} GPUs)"
+        )
+    _print_prediction(out, described)
 
 
 def _print_prediction(out: dict[str, Any], layout: str) -> None:
@@ -113,11 +184,14 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
         t.add_row(*cells)
     console.print(t)
     split = out["tpot_split_ms"]
-    console.print(
-        f"TPOT {out['tpot_ms']:,.2f} ms = decode step {split['decode_step']:,.2f} ms + "
-        f"{split['behind_prompts']:,.2f} ms in steps shared with other requests' prompts "
-        "(what a disaggregated decode worker does not pay)"
-    )
+    if out.get("disaggregated"):
+        console.print(f"TPOT {out['tpot_ms']:,.2f} ms = one decode step: no prompt shares the decode workers' steps")
+    else:
+        console.print(
+            f"TPOT {out['tpot_ms']:,.2f} ms = decode step {split['decode_step']:,.2f} ms + "
+            f"{split['behind_prompts']:,.2f} ms in steps shared with other requests' prompts "
+            "(what a disaggregated decode worker does not pay)"
+        )
     step = out["decode_step"]
     d = Table(title=f"one decode step: {step['batch']} requests at {step['context']:,} tokens", show_edge=False)
     d.add_column("component")

@@ -21,7 +21,7 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.perf.params import PerfParams
-from tokenmill.perf.replay import decode_breakdown, replay_aggregated
+from tokenmill.perf.replay import ReplayResult, decode_breakdown, replay_aggregated, replay_disaggregated
 from tokenmill.plan.memory_plan import MemoryPlan, layout_dict
 
 DSPARK_ACCEPT_LENGTH = 2.7  # seed §2.3: what the server reported on agent requests at temperature 1.0
@@ -54,6 +54,7 @@ class Prediction:
     decode_step: dict[str, Any]
     params: dict[str, float]
     decode_step_per_token_ms: float = 0.0
+    disaggregated: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -89,6 +90,7 @@ class Prediction:
                 "ms": round(self.decode_step["seconds"] * 1e3, 4),
                 "breakdown_ms": {k: round(v * 1e3, 4) for k, v in self.decode_step["breakdown"].items()},
             },
+            "disaggregated": self.disaggregated,
             "params": self.params,
             "notes": self.notes,
         }
@@ -115,12 +117,28 @@ def predict(
     if accept < 1 or (spec.enabled and accept > spec.num_draft_tokens):
         raise TokenmillError(f"--accept-length must be between 1 and the verify width (got {accept})")
     res = replay_aggregated(plan, backend, isl, osl, concurrency, params, accept_length=accept)
+    return _prediction(plan, plan, plan.gpus, backend, isl, osl, concurrency, accept, params, res, notes)
+
+
+def _prediction(
+    plan: MemoryPlan,
+    decode_plan: MemoryPlan,
+    gpus: int,
+    backend: str,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    accept: float,
+    params: PerfParams,
+    res: ReplayResult,
+    notes: list[str] | None,
+) -> Prediction:
     rps = res.requests_per_s
-    step = decode_breakdown(plan, params, res.decode_batch, res.decode_context)
+    step = decode_breakdown(decode_plan, params, res.decode_batch, res.decode_context)
     return Prediction(
         model=plan.model.name,
         gpu=plan.gpu.name,
-        gpus=plan.gpus,
+        gpus=gpus,
         layout=layout_dict(plan.layout),
         backend=backend,
         isl=isl,
@@ -131,10 +149,58 @@ def predict(
         tpot_ms=res.tpot_s * 1e3,
         e2e_ms=res.e2e_s * 1e3,
         requests_per_s=rps,
-        output_throughput_per_gpu=rps * osl / plan.gpus,
-        total_throughput_per_gpu=rps * (isl + osl) / plan.gpus,
+        output_throughput_per_gpu=rps * osl / gpus,
+        total_throughput_per_gpu=rps * (isl + osl) / gpus,
         decode_step=step,
         params=params.to_dict(),
         notes=[*(notes or []), *res.notes],
         decode_step_per_token_ms=step["seconds"] * 1e3 / accept,
     )
+
+
+def predict_disaggregated(
+    prefill_plan: MemoryPlan,
+    decode_plan: MemoryPlan,
+    prefill_workers: int,
+    decode_workers: int,
+    backend: str,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    params: PerfParams,
+    notes: list[str] | None = None,
+) -> Prediction:
+    """The same point on ``prefill_workers`` prefill workers and ``decode_workers`` decode workers
+    (``replay_disaggregated``): TTFT = prefill + KV (and state) hand-over + front end; TPOT = one
+    decode step at the decode workers' steady batch. Per-GPU throughput divides by every GPU of
+    both pools; ``layout`` is the prefill worker's, ``decode_layout`` the decode worker's."""
+    for name, value in (
+        ("--isl", isl),
+        ("--osl", osl),
+        ("--concurrency", concurrency),
+        ("--prefill-workers", prefill_workers),
+        ("--decode-workers", decode_workers),
+    ):
+        if value <= 0:
+            raise TokenmillError(f"{name} must be a positive integer (got {value})")
+    for role, plan in (("prefill", prefill_plan), ("decode", decode_plan)):
+        if not plan.fits:
+            raise TokenmillError(f"{role} worker: {plan.reason}")
+    if decode_plan.layout.speculative.enabled or prefill_plan.layout.speculative.enabled:
+        raise TokenmillError("--speculative is not modelled for disaggregated workers (give --speculative none)")
+    res = replay_disaggregated(
+        prefill_plan, decode_plan, prefill_workers, decode_workers, backend, isl, osl, concurrency, params
+    )
+    gpus = prefill_plan.gpus * prefill_workers + decode_plan.gpus * decode_workers
+    pred = _prediction(prefill_plan, decode_plan, gpus, backend, isl, osl, concurrency, 1.0, params, res, notes)
+    pred.requests_per_s = concurrency / res.e2e_s if res.e2e_s > 0 else 0.0
+    pred.output_throughput_per_gpu = pred.requests_per_s * osl / gpus
+    pred.total_throughput_per_gpu = pred.requests_per_s * (isl + osl) / gpus
+    pred.disaggregated = {
+        "prefill_workers": prefill_workers,
+        "prefill_gpus_per_worker": prefill_plan.gpus,
+        "decode_workers": decode_workers,
+        "decode_gpus_per_worker": decode_plan.gpus,
+        "decode_layout": layout_dict(decode_plan.layout),
+    }
+    return pred
