@@ -322,6 +322,10 @@ def test_predict_disaggregated(capsys: pytest.CaptureFixture[str]) -> None:
         (["--decode-workers", "1", "--decode-layout", "tp=two"], "tp must be an integer"),
         (["--decode-workers", "-1"], "--decode-workers must be 0"),
         (["--decode-workers", "1", "--prefill-workers", "0"], "--prefill-workers must be a positive integer"),
+        (
+            ["--decode-workers", "1", "--decode-gpus", "2", "--decode-layout", "tp=1"],
+            "--decode-gpus is one decode worker's GPUs (1 for",
+        ),
     ):
         code, _, err = cli(capsys, *base, *flags)
         assert code == 2 and message in err, (flags, err)

@@ -183,9 +183,14 @@ def predict_disaggregated(
     ):
         if value <= 0:
             raise TokenmillError(f"{name} must be a positive integer (got {value})")
-    for role, plan in (("prefill", prefill_plan), ("decode", decode_plan)):
+    for role, plan, flag in (("prefill", prefill_plan, "--gpus"), ("decode", decode_plan, "--decode-gpus")):
         if not plan.fits:
             raise TokenmillError(f"{role} worker: {plan.reason}")
+        if plan.replicas != 1:
+            raise TokenmillError(
+                f"{flag} is one {role} worker's GPUs ({plan.layout.gpus_per_worker} for its layout, got {plan.gpus}); "
+                f"give more workers with --{role}-workers"
+            )
     if decode_plan.layout.speculative.enabled or prefill_plan.layout.speculative.enabled:
         raise TokenmillError("--speculative is not modelled for disaggregated workers (give --speculative none)")
     res = replay_disaggregated(
