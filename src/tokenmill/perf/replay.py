@@ -45,6 +45,8 @@ TPOT = one decode step at the mean context, the batch being the worker's share o
 are decoding (C × decode time / (decode time + TTFT), two fixed-point passes). TTFT = prefill +
 KV (and state) transfer over the link between the workers (NVLink inside an NVL72 rack, the NIC
 otherwise), in ``kv_transfer_latency_s`` + bytes / (link × GPUs of the prefill worker).
+A pipeline-parallel prefill worker pipelines its chunks (``PipelinedCost``): a step occupies one
+stage, and each first token comes N − 1 stages of its last chunk later.
 
 For calibration the replay records, for every step, its resource demands and its weight in the
 mean TTFT and TPOT: both are linear in the step times, and with zero think time the sequence of
@@ -203,6 +205,44 @@ class _StrideExecutor:
             self.decode_batch_sum += k * n
             self.decode_ctx_sum += k * sum(d.context for d in batch.decode) / n
         return StepResult(step, tokens)
+
+
+#: Demands a stage does not divide: one engine step, its sampled tokens, the GEMMs' rows (their
+#: efficiency), per-request latencies.
+_PER_STEP = ("steps", "sampled", "gemm_rows", "prefill_seqs", "requests", "xfer_count", "xfer_bw_s")
+_HOPS = ("pp_count", "pp_bw_s", "pp_net_count", "pp_net_bw_s")
+
+
+class PipelinedCost(CostModel):
+    """A pipeline-parallel prefill worker with chunks in flight (SGLang's chunked pipeline: the next
+    chunk enters stage 1 while this one is in stage 2; a chunk's attention needs only the earlier
+    chunks' cache of its own layers, ready by then). A step occupies the worker for its busiest
+    stage, ⌈L/N⌉ of L layers, and one hop; the N − 1 stages after it are latency
+    (``drain_seconds``), added to each first token by the caller."""
+
+    def __init__(self, model: Any, gpu: GPU, layout: Layout, params: PerfParams | None = None) -> None:
+        super().__init__(model, gpu, layout, params)
+        layers = max(1, model.num_layers)
+        self.stage_share = math.ceil(layers / layout.pp) / layers
+
+    def features(self, shape: BatchShape) -> Features:
+        f = super().features(shape)
+        hops = max(1, self.layout.pp - 1)
+        return Features(
+            *(
+                v if k in _PER_STEP else v / hops if k in _HOPS else v * self.stage_share
+                for k, v in zip(Features._fields, f, strict=True)
+            )
+        )
+
+    def drain_seconds(self, isl: int, chunk_tokens: int, params: PerfParams) -> tuple[Features, float]:
+        """The N − 1 stages a prompt's last chunk still crosses after its step: (demands, seconds)."""
+        last = isl - chunk_tokens * ((isl - 1) // chunk_tokens)
+        f = self.features(BatchShape(prefill=(PrefillWork(last, isl - last, True),)))
+        f = f._replace(steps=0.0, sampled=0.0)  # the engine step and its sampling are counted once
+        n = self.layout.pp - 1
+        drain = Features(*(v * n for v in f))
+        return drain, _seconds(drain, params)
 
 
 def _seconds(f: Features, p: PerfParams) -> float:
@@ -466,7 +506,8 @@ def replay_disaggregated(
         if not plan.fits:
             raise TokenmillError(f"cannot replay: {plan.reason}")
     gpu = prefill_plan.gpu
-    pcost = CostModel(prefill_plan.model, gpu, prefill_plan.layout, params)
+    pipelined = prefill_plan.layout.pp > 1
+    pcost = (PipelinedCost if pipelined else CostModel)(prefill_plan.model, gpu, prefill_plan.layout, params)
     dcost = CostModel(decode_plan.model, gpu, decode_plan.layout, params)
     policy = engine_policy(backend, gpu, prefill_plan.layout)
     # KV hand-over
@@ -480,6 +521,13 @@ def replay_disaggregated(
     xfer = float(combine(xfer_row, params)["kv_transfer"])
     lat = float(combine(_latency_row(), params)["request_latency"])
     notes = [f"KV hand-over {nbytes / 1e6:,.1f} MB per request over {'NVLink' if nvlink else 'the NIC'}"]
+    drain_row, drain = ZERO_FEATURES, 0.0
+    if isinstance(pcost, PipelinedCost):
+        drain_row, drain = pcost.drain_seconds(isl, policy.chunk_tokens, params)
+        notes.append(
+            f"prefill pipelined over {prefill_plan.layout.pp} stages: a step occupies one stage "
+            f"({100 * pcost.stage_share:.1f} % of the layers); each first token {drain * 1e3:,.1f} ms later"
+        )
 
     per_worker = concurrency / max(1, decode_workers)
     ctx = isl + osl / 2
@@ -510,13 +558,15 @@ def replay_disaggregated(
             t_pre += (share if sync else 1.0 - share) * _means(reqs, first)[0]
             runs.append((sync, reqs, first, log))
             notes += [n for n in more if n not in notes]
-        ttft = t_pre + xfer + lat
+        ttft = t_pre + drain + xfer + lat
         decode_time = (osl - 1) * tpot
         batch = per_worker * decode_time / (decode_time + ttft) if decode_time > 0 else per_worker
         f_dec, tpot = decode_step(batch)
     recorded = None
     if record:
         recorded = _latency_recorded([f_dec, xfer_row, _latency_row()], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0])
+        if drain:
+            recorded = recorded.concat(_latency_recorded([drain_row], [1.0], [0.0]))
         for sync, reqs, first, log in runs:
             if log is not None:
                 wt, _ = _weights(reqs, first, log, True, False)
