@@ -96,6 +96,12 @@ class Prediction:
         }
 
 
+def _require_positive(*named: tuple[str, int]) -> None:
+    for name, value in named:
+        if value <= 0:
+            raise TokenmillError(f"{name} must be a positive integer (got {value})")
+
+
 def predict(
     plan: MemoryPlan,
     backend: str,
@@ -107,9 +113,7 @@ def predict(
     notes: list[str] | None = None,
 ) -> Prediction:
     """Closed-loop TTFT/TPOT of ``plan`` at ``concurrency`` lanes of ISL/OSL requests."""
-    for name, value in (("--isl", isl), ("--osl", osl), ("--concurrency", concurrency)):
-        if value <= 0:
-            raise TokenmillError(f"{name} must be a positive integer (got {value})")
+    _require_positive(("--isl", isl), ("--osl", osl), ("--concurrency", concurrency))
     if not plan.fits:
         raise TokenmillError(str(plan.reason))
     spec = plan.layout.speculative
@@ -174,15 +178,13 @@ def predict_disaggregated(
     (``replay_disaggregated``): TTFT = prefill + KV (and state) hand-over + front end; TPOT = one
     decode step at the decode workers' steady batch. Per-GPU throughput divides by every GPU of
     both pools; ``layout`` is the prefill worker's, ``decode_layout`` the decode worker's."""
-    for name, value in (
+    _require_positive(
         ("--isl", isl),
         ("--osl", osl),
         ("--concurrency", concurrency),
         ("--prefill-workers", prefill_workers),
         ("--decode-workers", decode_workers),
-    ):
-        if value <= 0:
-            raise TokenmillError(f"{name} must be a positive integer (got {value})")
+    )
     for role, plan, flag in (("prefill", prefill_plan, "--gpus"), ("decode", decode_plan, "--decode-gpus")):
         if not plan.fits:
             raise TokenmillError(f"{role} worker: {plan.reason}")
@@ -198,9 +200,6 @@ def predict_disaggregated(
     )
     gpus = prefill_plan.gpus * prefill_workers + decode_plan.gpus * decode_workers
     pred = _prediction(prefill_plan, decode_plan, gpus, backend, isl, osl, concurrency, 1.0, params, res, notes)
-    pred.requests_per_s = concurrency / res.e2e_s if res.e2e_s > 0 else 0.0
-    pred.output_throughput_per_gpu = pred.requests_per_s * osl / gpus
-    pred.total_throughput_per_gpu = pred.requests_per_s * (isl + osl) / gpus
     pred.disaggregated = {
         "prefill_workers": prefill_workers,
         "prefill_gpus_per_worker": prefill_plan.gpus,

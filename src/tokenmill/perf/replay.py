@@ -159,11 +159,12 @@ class ReplayResult:
     decode_context: float
     notes: list[str] = field(default_factory=list)
     recorded: Recorded | None = None
+    in_flight: int = 0  # requests the replayed deployment holds: its lanes over all workers
 
     @property
     def requests_per_s(self) -> float:
-        """Little's law over all workers: lanes / mean request latency."""
-        return self.lanes_per_worker * self.workers / self.e2e_s if self.e2e_s > 0 else 0.0
+        """Little's law over all workers: requests in flight / mean request latency."""
+        return self.in_flight / self.e2e_s if self.e2e_s > 0 else 0.0
 
 
 class _StrideExecutor:
@@ -478,7 +479,9 @@ def replay_aggregated(
         if not sync and isinstance(ex, _StrideExecutor) and ex.decode_steps:
             batch, ctx = ex.decode_batch_sum / ex.decode_steps, ex.decode_ctx_sum / ex.decode_steps
     lat = float(combine(_latency_row(), params)["request_latency"])
-    return ReplayResult(ttft + lat, tpot, e2e + lat, lanes, workers, measured, batch, ctx, notes, recorded)
+    return ReplayResult(
+        ttft + lat, tpot, e2e + lat, lanes, workers, measured, batch, ctx, notes, recorded, in_flight=lanes * workers
+    )
 
 
 def transfer_bytes(plan: MemoryPlan, isl: int) -> int:
@@ -573,7 +576,9 @@ def replay_disaggregated(
                 recorded = recorded.concat(_recorded(log, wt, np.zeros_like(wt), sync))
     e2e = ttft + (osl - 1) * tpot
     measured = sum(len(r) - f for _, r, f, _ in runs)
-    return ReplayResult(ttft, tpot, e2e, lanes, max(1, prefill_workers), measured, batch, ctx, notes, recorded)
+    return ReplayResult(
+        ttft, tpot, e2e, lanes, max(1, prefill_workers), measured, batch, ctx, notes, recorded, in_flight=concurrency
+    )
 
 
 def decode_breakdown(plan: MemoryPlan, params: PerfParams, batch: float, context: float) -> dict[str, Any]:
