@@ -1,113 +1,16 @@
-"""Reading measurement rows, the shipped constants, and a deterministic fit."""
+"""The shipped constants, and a deterministic fit (reading rows: test_measurements.py)."""
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.perf.rows import MODELS, row
 from tokenmill.perf.calibrate import _tie_groups, collect, fit, predict_recorded, predict_rows, score
 from tokenmill.perf.calibrated import ParamTable, load_table, params_for
-from tokenmill.perf.measurements import RowSpec, Skip, find_config, interpret
 from tokenmill.perf.params import ENGINE_FIELDS, GPU_FIELDS, PerfParams
-
-MODELS = Path(str(resources.files("tokenmill.spec") / "presets"))
-
-
-def row(**kw: str) -> dict[str, str]:
-    base = {
-        "id": "r1",
-        "silicon_data_source": "x; silicon_concurrency=8",
-        "backend": "vllm",
-        "model_path": "meta-llama/Llama-3.1-8B-Instruct",
-        "system": "h100_sxm",
-        "precision": "",
-        "mode": "agg",
-        "isl": "1024",
-        "osl": "128",
-        "gemm_quant_mode": "",
-        "moe_quant_mode": "",
-        "batch_size": "8",
-        "tp_size": "1",
-        "pp_size": "1",
-        "attention_dp_size": "",
-        "moe_tp_size": "1",
-        "moe_ep_size": "1",
-        "silicon_ttft_ms": "60",
-        "silicon_tpot_ms": "7",
-    }
-    base.update(kw)
-    return base
-
-
-def test_model_names_resolve_by_the_documented_rule() -> None:
-    path, note = find_config("meta-llama/Llama-3.1-8B-Instruct", MODELS)
-    assert path is not None and path.name == "meta-llama--Meta-Llama-3.1-8B_config.json" and note
-    exact, none = find_config("deepseek-ai/DeepSeek-R1", MODELS)
-    assert exact is not None and none is None
-    assert find_config("nvidia/DeepSeek-V3.1-NVFP4", MODELS) == (None, None)
-
-
-def test_agg_row_reads_concurrency_and_layout() -> None:
-    spec = interpret(row(), MODELS)
-    assert isinstance(spec, RowSpec)
-    assert spec.concurrency == 8 and spec.agg is not None and spec.agg.layout.tp == 1
-    dp = interpret(
-        row(
-            model_path="MiniMaxAI/MiniMax-M2.5",
-            tp_size="2",
-            attention_dp_size="2",
-            moe_tp_size="1",
-            moe_ep_size="4",
-            silicon_data_source="",
-        ),
-        MODELS,
-    )
-    assert isinstance(dp, RowSpec) and dp.agg is not None
-    lay = dp.agg.layout
-    assert (lay.tp, lay.dp_attention, lay.ep, lay.moe_a2a_backend) == (4, 2, 4, "deepep")
-    assert dp.concurrency == 16  # batch_size × attention DP, said in the notes
-    assert any("batch_size" in n for n in dp.notes)
-
-
-def test_product_encoded_sizes_are_repaired_and_flagged() -> None:
-    spec = interpret(
-        row(
-            model_path="deepseek-ai/DeepSeek-R1",
-            system="b200_sxm",
-            tp_size="64",
-            attention_dp_size="1",
-            moe_tp_size="8",
-            moe_ep_size="8",
-        ),
-        MODELS,
-    )
-    assert isinstance(spec, RowSpec) and spec.agg is not None
-    assert (spec.agg.layout.tp, spec.agg.layout.ep, spec.agg.layout.gpus_per_worker) == (8, 8, 8)
-    assert any(n.startswith("repaired") for n in spec.notes)
-    wide = interpret(
-        row(model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", tp_size="16", moe_tp_size="16", moe_ep_size="1"),
-        MODELS,
-    )
-    assert isinstance(wide, Skip) and "wider than" in wide.reason
-
-
-def test_broken_rows_are_skipped_with_a_reason() -> None:
-    bad = interpret(row(tp_size="2", moe_tp_size="2", moe_ep_size="2"), MODELS)
-    assert isinstance(bad, Skip) and "inconsistent" in bad.reason
-    assert isinstance(interpret(row(model_path="acme/Unknown-7B"), MODELS), Skip)
-    assert "unknown system" in interpret(row(system="tpu_v9"), MODELS).reason  # type: ignore[union-attr]
-
-
-def test_disaggregated_rows_without_batch_sizes_are_predicted_under_an_assumption() -> None:
-    r = row(mode="disagg", tp_size="", moe_tp_size="", moe_ep_size="", batch_size="", model_path="Qwen/Qwen3-32B")
-    r.update({"prefill_tp_size": "2", "decode_tp_size": "2", "prefill_pp_size": "1", "decode_pp_size": "1"})
-    spec = interpret(r, MODELS)
-    assert isinstance(spec, RowSpec) and not spec.fully_specified
-    assert spec.prefill is not None and spec.decode is not None and spec.gpus == 4
-    assert any("assumed" in n for n in spec.notes)
 
 
 def test_shipped_constants_load_and_fall_back_with_notes() -> None:

@@ -288,6 +288,18 @@ def test_predict_table_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None
         capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--concurrency", "0"
     )
     assert code == 2 and "--concurrency" in err
+    code, _, err = cli(
+        capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--concurrency", "1000000"
+    )
+    assert code == 2 and err.strip() == "error: --concurrency must be between 1 and 65,536 (got 1,000,000)", err
+    base = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1")
+    code, _, err = cli(capsys, *base, "--accept-length", "2")
+    assert (
+        code == 2
+        and err.strip() == "error: --accept-length needs speculative decoding (--speculative dspark:B or mtp:N)"
+    )
+    code, _, err = cli(capsys, "predict", "--speculative", "dspark:3", "--accept-length", "nan")
+    assert code == 2 and err.strip() == "error: --accept-length must be between 1 and the verify width 4 (got nan)", err
     # a layout that does not fit is one line naming what does not fit, said once
     code, _, err = cli(capsys, "predict", "--model", "kimi-k3", "--gpu", "b300", "--gpus", "3")
     assert code == 2 and err.count("does not fit") == 1 and "per GPU" in err, err
@@ -431,6 +443,21 @@ def test_evaluate_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         str(tmp_path / "p.csv"),
     )
     assert code == 2 and "--models-dir" in err
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(bytes(range(128, 256)))
+    code, _, err = cli(
+        capsys,
+        "calibrate",
+        "evaluate",
+        "--measurements",
+        str(binary),
+        "--models-dir",
+        MODELS,
+        "--out",
+        str(tmp_path / "p2.csv"),
+    )
+    assert code == 2 and "not a UTF-8 CSV file" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p2.csv").exists()
 
 
 def test_fit_writes_constants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.perf.rows import row
 from tokenmill.errors import TokenmillError
 from tokenmill.perf.calibrate import MIN_VERSION_ROWS, fit, predict_rows, score
 from tokenmill.perf.calibrated import ParamTable, version_key
 from tokenmill.perf.params import PerfParams
-
-from .test_calibration import row
 
 MODELS = Path(str(resources.files("tokenmill.spec") / "presets"))
 

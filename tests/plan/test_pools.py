@@ -6,8 +6,11 @@ mem-fraction-static with tokenmill's documented runtime reserves."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from tokenmill.errors import TokenmillError
 from tokenmill.hardware import load_gpu
 from tokenmill.plan import Layout, plan_memory
 from tokenmill.spec import load_model
@@ -100,3 +103,11 @@ def test_pools_never_exceed_the_budget(ratio: float) -> None:
     plan = plan_memory(K3, B300, 8, Layout(tp=8, dcp=8, pool_ratio=ratio))
     used = plan.pools.state_pool_bytes + plan.pools.tokens_per_gpu * plan.sizes.kv_cell_bytes
     assert used <= plan.rest
+
+
+def test_a_pool_budget_beyond_the_gpus_memory_or_a_ratio_that_is_no_number_is_refused() -> None:
+    with pytest.raises(TokenmillError, match=r"^--pool-budget-gib 300 is more than the 268\.6 GiB b300 has$"):
+        plan_memory(K3, B300, 8, LOW_LATENCY.with_(pool_budget_bytes=gib_to_bytes(300)))
+    for ratio in (math.nan, math.inf, 0.0):
+        with pytest.raises(TokenmillError, match=r"^--pool-ratio must be a finite number > 0"):
+            plan_memory(K3, B300, 8, LOW_LATENCY.with_(pool_ratio=ratio))

@@ -66,3 +66,11 @@ def test_gamma_burstiness_sets_the_spread() -> None:
     assert np.std(gaps) / np.mean(gaps) == pytest.approx(2.0, rel=0.05)  # CV = 1/sqrt(b)
     window = gamma_arrivals(3.0, burstiness=2.0, duration_s=50.0, seed=7)
     assert np.all(window < 50.0) and len(window) == pytest.approx(150, rel=0.15)
+
+
+def test_more_arrivals_than_a_workload_holds_are_refused_before_any_array_is_built() -> None:
+    with pytest.raises(TokenmillError, match=r"asks for about 1e\+12 requests; at most 1,000,000 are generated$"):
+        poisson_arrivals(1e6, duration_s=1e6)
+    with pytest.raises(TokenmillError, match=r"^10,000,000,000 requests asked for; at most 1,000,000"):
+        poisson_arrivals(1.0, n=10**10)
+    assert len(poisson_arrivals(1e6, n=1_000_000, seed=1)) == 1_000_000  # the limit itself is allowed

@@ -97,8 +97,8 @@ def layout_from_flags(flags: dict[str, Any], gpus: int) -> Any:
         allowed = "|".join(p.value for p in PrefixCache)
         raise TokenmillError(f"--prefix-cache must be one of {allowed} (got {flags['prefix_cache']!r})") from None
     budget = flags["pool_budget_gib"]
-    if budget is not None and budget <= 0:
-        raise TokenmillError(f"--pool-budget-gib must be > 0 (got {budget})")
+    if budget is not None and not 0 < budget < float("inf"):  # also refuses nan
+        raise TokenmillError(f"--pool-budget-gib must be a finite number > 0 (got {budget})")
     return Layout(
         tp=tp,
         ep=flags["ep"],

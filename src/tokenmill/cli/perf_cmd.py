@@ -71,7 +71,9 @@ def predict(
     gpus: GpusOpt = 8,
     isl: Annotated[int, typer.Option("--isl", help="Prompt tokens per request.")] = 8192,
     osl: Annotated[int, typer.Option("--osl", help="Output tokens per request.")] = 1024,
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (closed loop).")] = 1,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="Requests in flight (closed loop): 1 to 65,536.")
+    ] = 1,
     backend: BackendOpt = "sglang",
     backend_version: Annotated[
         str | None,

@@ -65,10 +65,15 @@ def _engine_options(
     ):
         if value <= 0:
             raise TokenmillError(f"{name} must be a positive integer (got {value})")
-    if memory_gib <= 0:
-        raise TokenmillError(f"--memory-gib must be > 0 (got {memory_gib})")
-    if pool_ratio is not None and pool_ratio <= 0:
-        raise TokenmillError(f"--pool-ratio must be > 0 (got {pool_ratio})")
+    from tokenmill.hardware.local import physical_memory_bytes
+
+    ram_gib = physical_memory_bytes() / 1024**3
+    if not 0 < memory_gib <= ram_gib:  # also refuses nan and inf
+        raise TokenmillError(
+            f"--memory-gib must be > 0 and at most this machine's {ram_gib:.1f} GiB (got {memory_gib})"
+        )
+    if pool_ratio is not None and not 0 < pool_ratio < float("inf"):
+        raise TokenmillError(f"--pool-ratio must be a finite number > 0 (got {pool_ratio})")
     return EngineOptions(
         dtype=dtype,
         memory_gib=memory_gib,

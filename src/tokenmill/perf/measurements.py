@@ -26,6 +26,10 @@ assumptions, each reported on the rows it touches:
   name with the organisation, a ``Meta-`` prefix and ``-Instruct``/``-FP8``/``-NVFP4``/``-FP4``
   suffixes removed (``nvidia/Llama-3.1-8B-Instruct-FP8`` → ``meta-llama--Meta-Llama-3.1-8B``).
   Instruct and base models share an architecture. No match: the row is skipped.
+- **Cells.** ISL, OSL and the concurrency must be positive integers and the parallel sizes whole
+  numbers (empty or 0 means 1); anything else (text, fractions, negatives, ``inf``, ``nan``)
+  skips the row with the column and the value named, as does an unknown weight format. A measured
+  TTFT or TPOT that is not a finite positive number counts as not measured.
 - **Disaggregated rows without batch sizes** (the collector did not record them) are predicted
   assuming one prefill worker and one decode worker of the given layouts, the decode worker
   holding all C requests; they are reported apart (``fully_specified = False``).
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -52,6 +57,10 @@ from tokenmill.spec.model import ModelSpec
 REQUIRED_COLUMNS = ("id", "backend", "model_path", "system", "mode", "isl", "osl")
 SILICON_COLUMNS = ("silicon_ttft_ms", "silicon_tpot_ms")
 BACKENDS = ("sglang", "vllm", "trtllm")
+#: Key :func:`read_measurements` adds to a row whose line does not match the header
+MALFORMED = "_malformed"
+#: Weight formats a ``gemm_quant_mode``/``moe_quant_mode`` cell may name ("" = the checkpoint's own)
+QUANT_MODES = ("", "bf16", "fp16", "fp8", "fp8_block", "nvfp4")
 #: Share of GPU memory the benchmarked engines give weights and caches (vLLM
 #: ``--gpu-memory-utilization``, TRT-LLM's free-memory fraction and the recipes' SGLang
 #: ``--mem-fraction-static`` are set high in these sweeps; 4×B200 DeepSeek-R1 FP8 needs it).
@@ -119,30 +128,32 @@ def read_measurements(path: Path | str) -> tuple[list[dict[str, str]], bool]:
     """Rows of a measurements CSV, and whether it has the silicon (measured) columns."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise TokenmillError(f"--measurements: cannot read {p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TokenmillError(f"--measurements {p}: not a UTF-8 CSV file (byte {exc.start})") from None
     reader = csv.DictReader(text.splitlines())
     cols = reader.fieldnames or []
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
         raise TokenmillError(f"--measurements {p}: missing column(s) {', '.join(missing)}")
-    rows = [dict(r) for r in reader]
-    return rows, all(c in cols for c in SILICON_COLUMNS)
+    return [_cells(r, len(cols)) for r in reader], all(c in cols for c in SILICON_COLUMNS)
 
 
-def _int(row: dict[str, str], key: str) -> int | None:
-    value = (row.get(key) or "").strip()
-    if not value:
-        return None
-    try:
-        n = int(float(value))
-    except ValueError:
-        return None
-    return n if n > 0 else None
+def _cells(record: dict[str | None, Any], columns: int) -> dict[str, str]:
+    """A CSV record as text cells; a line with more or fewer fields than the header is marked
+    (``MALFORMED``) so that :func:`interpret` skips it with the count instead of guessing."""
+    row = {k: v if isinstance(v, str) else "" for k, v in record.items() if k is not None}
+    extra = record.get(None)
+    given = sum(v is not None for k, v in record.items() if k is not None) + (len(extra) if extra else 0)
+    if given != columns:
+        row[MALFORMED] = f"{given} fields where the header has {columns}"
+    return row
 
 
-def _float(row: dict[str, str], key: str) -> float | None:
+def _number(row: dict[str, str], key: str) -> float | None:
+    """The cell as a finite positive number, else None (empty, text, 0, negative, inf, nan)."""
     value = (row.get(key) or "").strip()
     if not value:
         return None
@@ -150,7 +161,32 @@ def _float(row: dict[str, str], key: str) -> float | None:
         x = float(value)
     except ValueError:
         return None
-    return x if x > 0 else None
+    return x if math.isfinite(x) and x > 0 else None
+
+
+def _int(row: dict[str, str], key: str) -> int | None:
+    x = _number(row, key)
+    return int(x) if x is not None and x >= 1 else None
+
+
+def _bad_size(row: dict[str, str], key: str) -> str | None:
+    """Why a size cell is unusable, or None: empty, 0 and whole numbers ≥ 1 are sizes."""
+    raw = (row.get(key) or "").strip()
+    if not raw:
+        return None
+    try:
+        x = float(raw)
+    except ValueError:
+        x = math.nan
+    if x == 0 or (math.isfinite(x) and x >= 1 and x.is_integer()):
+        return None
+    return f"{key} {raw!r} is not a whole number (empty or 0 means 1)"
+
+
+def _not_positive(row: dict[str, str], key: str) -> str:
+    """Why a required positive integer cell was refused."""
+    raw = (row.get(key) or "").strip()
+    return f"{key} missing" if not raw else f"{key} {raw!r} is not a positive integer"
 
 
 def _norm_name(name: str) -> str:
@@ -193,6 +229,10 @@ def row_concurrency(row: dict[str, str]) -> int | None:
 
 def _role(row: dict[str, str], prefix: str, kv: KVDtype, gpu: GPU, mode: str) -> tuple[Role | None, str | None, str]:
     """(role, note, skip reason) of one role's columns (``prefix`` '' for agg rows)."""
+    for key in ("tp_size", "attention_dp_size", "pp_size", "moe_tp_size", "moe_ep_size", "num_workers", "batch_size"):
+        bad = _bad_size(row, prefix + key)
+        if bad:
+            return None, None, bad
     tp = _int(row, prefix + "tp_size") or 1
     dp = _int(row, prefix + "attention_dp_size") or 1
     pp = _int(row, prefix + "pp_size") or 1
@@ -248,6 +288,8 @@ def _role(row: dict[str, str], prefix: str, kv: KVDtype, gpu: GPU, mode: str) ->
 def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
     """A CSV row as a replayable benchmark point, or the reason it cannot be one."""
     rid = (row.get("id") or "").strip() or "?"
+    if row.get(MALFORMED):
+        return Skip(rid, f"malformed line: {row[MALFORMED]}", row)
     backend = (row.get("backend") or "").strip().lower()
     if backend not in BACKENDS:
         return Skip(rid, f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})", row)
@@ -262,12 +304,19 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
         return Skip(rid, f"no config for {model_path} in the models dir", row)
     isl, osl = _int(row, "isl"), _int(row, "osl")
     if isl is None or osl is None:
-        return Skip(rid, "isl/osl missing", row)
+        return Skip(rid, _not_positive(row, "isl" if isl is None else "osl"), row)
+    for col in ("gemm_quant_mode", "moe_quant_mode"):
+        qmode = (row.get(col) or "").strip().lower()
+        if qmode not in QUANT_MODES:
+            known = ", ".join(q for q in QUANT_MODES if q)
+            return Skip(rid, f"unknown {col} {qmode!r} (known: {known}, or empty for the checkpoint's own)", row)
     mode = (row.get("mode") or "").strip().lower()
     precision = (row.get("precision") or "").strip().lower()
     kv = KVDtype.FP8 if precision in ("fp8", "fp4") else KVDtype.BF16
     notes: list[str] = [name_note] if name_note else []
     conc = row_concurrency(row)
+    if conc is not None and conc < 1:
+        return Skip(rid, f"silicon_concurrency={conc} in silicon_data_source is not a positive integer", row)
     common: dict[str, Any] = {
         "id": rid,
         "backend": backend,
@@ -278,8 +327,8 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
         "moe_mode": (row.get("moe_quant_mode") or "").strip().lower(),
         "isl": isl,
         "osl": osl,
-        "ttft_ms": _float(row, "silicon_ttft_ms"),
-        "tpot_ms": _float(row, "silicon_tpot_ms"),
+        "ttft_ms": _number(row, "silicon_ttft_ms"),
+        "tpot_ms": _number(row, "silicon_tpot_ms"),
         "version": (row.get("backend_version") or "").strip(),
     }
     if mode == "agg":
@@ -348,6 +397,12 @@ def _checkpoint_width(config: dict[str, Any]) -> int | None:
     return 4 if "fp4" in fmt.lower() else 8
 
 
+def _drop_quantization(config: dict[str, Any]) -> None:
+    config.pop("quantization_config", None)
+    if isinstance(config.get("text_config"), dict):
+        config["text_config"].pop("quantization_config", None)
+
+
 @lru_cache(maxsize=128)
 def model_for_row(config_path: str, gemm_mode: str, moe_mode: str) -> ModelSpec:
     """The model spec of a row: its config with the row's weight formats applied."""
@@ -356,12 +411,13 @@ def model_for_row(config_path: str, gemm_mode: str, moe_mode: str) -> ModelSpec:
     modes = {gemm_mode, moe_mode} - {""}
     if not modes:
         return model_from_config(config, name, config_path)
+    if modes <= {"bf16", "fp16"}:  # 16-bit weights, whatever the checkpoint stores
+        _drop_quantization(config)
+        return model_from_config(config, name, config_path)
     width = 4 if any("fp4" in m for m in modes) else 8
     if _checkpoint_width(config) == width:
         return model_from_config(config, name, config_path)
-    config.pop("quantization_config", None)
-    if isinstance(config.get("text_config"), dict):
-        config["text_config"].pop("quantization_config", None)
+    _drop_quantization(config)
     expert_fmt: WeightFormat | None = None
     if gemm_mode == "nvfp4":
         config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4"}

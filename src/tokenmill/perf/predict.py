@@ -21,7 +21,13 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.perf.params import PerfParams
-from tokenmill.perf.replay import ReplayResult, decode_breakdown, replay_aggregated, replay_disaggregated
+from tokenmill.perf.replay import (
+    ReplayResult,
+    check_concurrency,
+    decode_breakdown,
+    replay_aggregated,
+    replay_disaggregated,
+)
 from tokenmill.plan.memory_plan import MemoryPlan, layout_dict
 
 DSPARK_ACCEPT_LENGTH = 2.7  # seed §2.3: what the server reported on agent requests at temperature 1.0
@@ -113,13 +119,17 @@ def predict(
     notes: list[str] | None = None,
 ) -> Prediction:
     """Closed-loop TTFT/TPOT of ``plan`` at ``concurrency`` lanes of ISL/OSL requests."""
-    _require_positive(("--isl", isl), ("--osl", osl), ("--concurrency", concurrency))
+    _require_positive(("--isl", isl), ("--osl", osl))
+    check_concurrency(concurrency, "--concurrency")
     if not plan.fits:
         raise TokenmillError(str(plan.reason))
     spec = plan.layout.speculative
+    if accept_length is not None and not spec.enabled:
+        raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
     accept = default_accept_length(plan) if accept_length is None else accept_length
-    if accept < 1 or (spec.enabled and accept > spec.num_draft_tokens):
-        raise TokenmillError(f"--accept-length must be between 1 and the verify width (got {accept})")
+    width = spec.num_draft_tokens if spec.enabled else 1
+    if not 1 <= accept <= width:  # also refuses nan
+        raise TokenmillError(f"--accept-length must be between 1 and the verify width {width} (got {accept})")
     res = replay_aggregated(plan, backend, isl, osl, concurrency, params, accept_length=accept)
     return _prediction(plan, plan, plan.gpus, backend, isl, osl, concurrency, accept, params, res, notes)
 
@@ -181,10 +191,10 @@ def predict_disaggregated(
     _require_positive(
         ("--isl", isl),
         ("--osl", osl),
-        ("--concurrency", concurrency),
         ("--prefill-workers", prefill_workers),
         ("--decode-workers", decode_workers),
     )
+    check_concurrency(concurrency, "--concurrency")
     for role, plan, flag in (("prefill", prefill_plan, "--gpus"), ("decode", decode_plan, "--decode-gpus")):
         if not plan.fits:
             raise TokenmillError(f"{role} worker: {plan.reason}")

@@ -80,6 +80,16 @@ from tokenmill.sim.runner import SimOptions, scheduler_config_for
 DECODE_EVENTS = 48  # macro steps per request's decode (stride = OSL / this)
 WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
 LARGE_WORKER = 32  # lanes per worker from which one measured wave after the first is enough
+#: Lanes a replay runs at most: 4 × the largest concurrency of the calibration file. A replay's
+#: time and memory grow with the lanes (16,384 lanes on one GPU: 22 s, 1.1 GB), so a row or a
+#: flag asking for a million is refused rather than left to run for hours.
+MAX_CONCURRENCY = 65_536
+
+
+def check_concurrency(concurrency: int, name: str = "concurrency") -> None:
+    """Refuse a concurrency the replay cannot run: not positive, or over ``MAX_CONCURRENCY``."""
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise TokenmillError(f"{name} must be between 1 and {MAX_CONCURRENCY:,} (got {concurrency:,})")
 
 
 @dataclass(frozen=True)
@@ -439,6 +449,7 @@ def replay_aggregated(
     ``stride`` overrides the macro-step length (1: every decode step is run)."""
     if not plan.fits:
         raise TokenmillError(f"cannot replay: {plan.reason}")
+    check_concurrency(concurrency)
     cost = CostModel(plan.model, plan.gpu, plan.layout, params)
     policy = engine_policy(backend, plan.gpu, plan.layout)
     workers = plan.replicas
@@ -508,6 +519,7 @@ def replay_disaggregated(
     for plan in (prefill_plan, decode_plan):
         if not plan.fits:
             raise TokenmillError(f"cannot replay: {plan.reason}")
+    check_concurrency(concurrency)
     gpu = prefill_plan.gpu
     pipelined = prefill_plan.layout.pp > 1
     pcost = (PipelinedCost if pipelined else CostModel)(prefill_plan.model, gpu, prefill_plan.layout, params)

@@ -8,6 +8,7 @@ dividing the attention-TP group, pp (``--pp-size``). A worker uses tp × pp GPUs
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -160,8 +161,8 @@ def validate_layout(layout: Layout, model: ModelSpec, gpus: int) -> None:
         _check_positive(name, value)
     if not 0.0 < layout.mem_fraction_static < 1.0:
         raise TokenmillError(f"--mem-fraction-static must be between 0 and 1 (got {layout.mem_fraction_static})")
-    if layout.pool_ratio is not None and layout.pool_ratio <= 0:
-        raise TokenmillError(f"--pool-ratio must be > 0 (got {layout.pool_ratio})")
+    if layout.pool_ratio is not None and not 0 < layout.pool_ratio < math.inf:  # also refuses nan
+        raise TokenmillError(f"--pool-ratio must be a finite number > 0 (got {layout.pool_ratio})")
     if layout.avg_request_tokens is not None and layout.avg_request_tokens <= 0:
         raise TokenmillError(f"--avg-request-tokens must be a positive integer (got {layout.avg_request_tokens})")
     if layout.max_running_requests is not None and layout.max_running_requests <= 0:

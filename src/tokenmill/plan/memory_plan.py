@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
 from tokenmill.plan.cache_sizes import (
     DSPARK_DRAFT_PARAMS,
@@ -186,6 +187,10 @@ def plan_memory(model: ModelSpec, gpu: GPU, gpus: int, layout: Layout) -> Memory
     static_reserve = round(free_before * (1 - layout.mem_fraction_static))
     if layout.pool_budget_bytes is not None:
         rest = layout.pool_budget_bytes
+        if rest > visible:  # the pools live in the device's memory, next to the weights
+            raise TokenmillError(
+                f"--pool-budget-gib {rest / GiB:.4g} is more than the {visible / GiB:.4g} GiB {gpu.name} has"
+            )
         budget_line = f"pool budget given: rest = {_g(rest)} ({rest:,} B)"
     else:
         rest = round(layout.mem_fraction_static * free_before) - weights - reserves.weight_overhead_bytes

@@ -30,6 +30,11 @@ def _count_or_duration(n: int | None, duration_s: float | None) -> tuple[int | N
     return None, check_positive("duration_s", duration_s)
 
 
+#: Requests one workload may hold: simulating this many takes minutes; more is a mistake in the
+#: flags (at 10¹⁰ the arrival times alone would take 75 GiB)
+MAX_REQUESTS = 1_000_000
+
+
 def poisson_arrivals(
     rate: float, n: int | None = None, duration_s: float | None = None, *, seed: int = 0
 ) -> FloatArray:
@@ -47,11 +52,18 @@ def poisson_arrivals(
         return np.zeros(count, dtype=np.float64)
     rng = np.random.default_rng(seed)
     if count is not None:
+        if count > MAX_REQUESTS:
+            raise TokenmillError(f"{count:,} requests asked for; at most {MAX_REQUESTS:,} are generated")
         if count == 0:
             return np.zeros(0, dtype=np.float64)
         gaps = rng.exponential(1.0 / r, size=count - 1)
         return np.concatenate(([0.0], np.cumsum(gaps))).astype(np.float64)
     assert window is not None
+    if window * r > MAX_REQUESTS:
+        raise TokenmillError(
+            f"--rate {r:g} × --duration {window:g} s asks for about {window * r:.3g} requests; "
+            f"at most {MAX_REQUESTS:,} are generated"
+        )
     times: list[FloatArray] = [np.zeros(1, dtype=np.float64)]
     t = 0.0
     chunk = max(16, int(window * r * 1.2) + 16)

@@ -3,9 +3,11 @@ one set of options (rate or concurrency, duration or count, seed)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tokenmill.errors import TokenmillError
+from tokenmill.workload.arrivals import MAX_REQUESTS
 from tokenmill.workload.request import Workload
 
 WORKLOADS = ("fresh", "long-session", "random", "agentic", "interference", "trace:PATH")
@@ -31,16 +33,16 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
     """Build the workload called ``name`` (one-line error naming ``--workload`` otherwise)."""
     from tokenmill.workload import generators as gen
 
-    if opts.rate is not None and opts.rate <= 0:
-        raise TokenmillError(f"--rate must be > 0 (got {opts.rate})")
+    if opts.rate is not None and not 0 < opts.rate < math.inf:  # also refuses nan
+        raise TokenmillError(f"--rate must be a finite number > 0 (got {opts.rate})")
     if opts.concurrency is not None and opts.concurrency <= 0:
         raise TokenmillError(f"--concurrency must be a positive integer (got {opts.concurrency})")
     if opts.rate is not None and opts.concurrency is not None:
         raise TokenmillError("--rate and --concurrency are alternatives: give one")
-    if opts.duration_s is not None and opts.duration_s <= 0:
-        raise TokenmillError(f"--duration must be > 0 (got {opts.duration_s})")
-    if opts.num_requests is not None and opts.num_requests <= 0:
-        raise TokenmillError(f"--num-requests must be a positive integer (got {opts.num_requests})")
+    if opts.duration_s is not None and not 0 < opts.duration_s < math.inf:
+        raise TokenmillError(f"--duration must be a finite number > 0 (got {opts.duration_s})")
+    if opts.num_requests is not None and not 0 < opts.num_requests <= MAX_REQUESTS:
+        raise TokenmillError(f"--num-requests must be between 1 and {MAX_REQUESTS:,} (got {opts.num_requests:,})")
     n, dur = opts.num_requests, opts.duration_s
     if name == "fresh":
         if opts.concurrency is not None:
@@ -58,7 +60,11 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
             opts.sessions, opts.turns, rate=opts.rate, seed=opts.seed, block_tokens=opts.block_tokens
         )
     if name == "random":
-        count = n or (int((dur or 60.0) * opts.rate) if opts.rate else 100)
+        count = n or (int(min((dur or 60.0) * opts.rate, MAX_REQUESTS + 1)) if opts.rate else 100)
+        if count > MAX_REQUESTS:
+            raise TokenmillError(
+                f"--rate × --duration asks for more than {MAX_REQUESTS:,} requests (the most one workload holds)"
+            )
         return gen.random_requests(
             opts.isl,
             opts.osl,

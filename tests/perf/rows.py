@@ -1,0 +1,35 @@
+"""A measurement row for tests: one aggregated Llama-3.1-8B point on H100 under vLLM, overridable."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+#: The preset configs, named as in ``../shared/models/`` (``<org>--<name>_config.json``)
+MODELS = Path(str(resources.files("tokenmill.spec") / "presets"))
+
+
+def row(**kw: str) -> dict[str, str]:
+    base = {
+        "id": "r1",
+        "silicon_data_source": "x; silicon_concurrency=8",
+        "backend": "vllm",
+        "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+        "system": "h100_sxm",
+        "precision": "",
+        "mode": "agg",
+        "isl": "1024",
+        "osl": "128",
+        "gemm_quant_mode": "",
+        "moe_quant_mode": "",
+        "batch_size": "8",
+        "tp_size": "1",
+        "pp_size": "1",
+        "attention_dp_size": "",
+        "moe_tp_size": "1",
+        "moe_ep_size": "1",
+        "silicon_ttft_ms": "60",
+        "silicon_tpot_ms": "7",
+    }
+    base.update(kw)
+    return base

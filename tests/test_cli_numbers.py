@@ -1,0 +1,78 @@
+"""Every numeric flag of the offline commands, given values no one means (nan, inf, 1e30, −1,
+10¹⁰): the answer is a result or one line naming the problem with exit code 2, never a traceback,
+a hang or an allocation of the whole machine. Options are found from the CLI itself, so a new flag
+is covered the day it is added."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+
+from tokenmill.cli import app, main
+
+#: Commands that run offline and quickly; ``serve``, ``bench`` and ``generate`` need a model or a
+#: server, and ``calibrate local`` times this machine for a minute when its flags are valid.
+COMMANDS = (("plan",), ("predict",), ("simulate",), ("sweep",), ("calibrate", "fit"), ("calibrate", "evaluate"))
+ODD = {float: ("nan", "inf", "-inf", "1e30", "-1"), int: ("-1", "10000000000")}
+
+
+def numeric_options() -> list[tuple[tuple[str, ...], str, str]]:
+    root = typer.main.get_command(app)
+    cases = []
+    for path in COMMANDS:
+        cmd = root
+        for name in path:
+            cmd = cmd.commands[name]  # type: ignore[attr-defined]
+        for p in cmd.params:
+            kind = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+            if p.param_type_name == "option" and kind in ODD:
+                cases += [(path, p.opts[0], value) for value in ODD[kind]]
+    return cases
+
+
+CASES = numeric_options()
+
+
+def test_the_numeric_flags_are_found() -> None:
+    flags = {(path, flag) for path, flag, _ in CASES}
+    for expected in ((("plan",), "--pool-ratio"), (("predict",), "--concurrency"), (("simulate",), "--rate")):
+        assert expected in flags
+    assert len(flags) > 60
+
+
+@pytest.mark.parametrize(("path", "flag", "value"), CASES, ids=[f"{' '.join(p)} {f}={v}" for p, f, v in CASES])
+def test_an_odd_number_gets_an_answer_or_one_line(
+    path: tuple[str, ...], flag: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra: list[str] = []
+    if path[0] == "calibrate":
+        csv = tmp_path / "m.csv"
+        csv.write_text("id,backend,model_path,system,mode,isl,osl\nr1,vllm,acme/x,h100_sxm,agg,8,8\n")
+        extra = ["--measurements", str(csv), "--models-dir", str(tmp_path), "--out", str(tmp_path / "p.csv")]
+    if path[0] in ("simulate", "sweep"):
+        extra = ["--json", "--num-requests", "4"] if flag != "--num-requests" else ["--json"]
+    capsys.readouterr()
+    try:
+        main([*path, flag, value, *extra])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    err = capsys.readouterr().err
+    assert code in (0, 2), err
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), err
+
+
+@pytest.mark.parametrize("command", [("generate", "--prompt", "hi"), ("serve",), ("calibrate", "local")])
+@pytest.mark.parametrize("value", ["nan", "inf", "1e30", "0"])
+def test_engine_memory_that_is_no_number_or_more_than_the_machine_is_refused(
+    command: tuple[str, ...], value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--memory-gib", value])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err.startswith("error: --memory-gib must be > 0 and at most") and "\n" not in err
