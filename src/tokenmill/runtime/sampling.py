@@ -6,6 +6,7 @@ else is in the batch; requests without one share the engine's generator (seeded 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -26,8 +27,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
             raise TokenmillError(f"max_tokens must be a positive integer (got {self.max_tokens})")
-        if self.temperature < 0:
-            raise TokenmillError(f"temperature must be >= 0 (got {self.temperature})")
+        if not 0 <= self.temperature < math.inf:  # also refuses nan
+            raise TokenmillError(f"temperature must be a finite number >= 0 (got {self.temperature})")
         if not 0 < self.top_p <= 1:
             raise TokenmillError(f"top_p must be in (0, 1] (got {self.top_p})")
         if self.top_k < 0:
