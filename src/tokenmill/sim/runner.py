@@ -81,17 +81,20 @@ class SimulationResult:
 
 
 def scheduler_config_for(plan: MemoryPlan, options: SimOptions) -> SchedulerConfig:
-    """Pool sizes and policies of one scheduler, from the plan (the same for the real engine)."""
+    """Pool sizes and policies of one worker's scheduler, from the plan (the same for the real
+    engine). Under attention DP the worker is ``dp_attention`` SGLang schedulers, each with its own
+    pools; the simulator runs them as one scheduler (one step clock, a prefill budget of all ranks,
+    the busiest rank's cost), so it gets the pools and caps of all ranks: the plan's worker totals."""
     if not plan.fits:
         raise TokenmillError(f"cannot simulate: {plan.reason}")
     lay = plan.layout
     page_tokens = lay.page_size * lay.dcp
     hybrid = plan.model.is_hybrid
     return SchedulerConfig(
-        num_pages=max(1, plan.pools.max_total_tokens // page_tokens),
+        num_pages=max(1, plan.max_total_tokens // page_tokens),
         page_tokens=page_tokens,
-        num_state_slots=plan.pools.state_slots if hybrid else 0,
-        max_running_requests=plan.pools.max_running_requests,
+        num_state_slots=plan.state_slots if hybrid else 0,
+        max_running_requests=plan.max_running_requests,
         chunk_tokens=options.chunk_tokens,
         track_slots_per_request=TRACK_SLOTS[lay.prefix_cache] if hybrid else 0,
         prefix_cache=lay.prefix_cache is not PrefixCache.OFF,
@@ -299,7 +302,7 @@ def simulate(plan: MemoryPlan, workload: Workload, options: SimOptions | None = 
         records=[records[k] for k in sorted(records, key=lambda k: (records[k].send_s, k))],
         end_s=end,
         peak_running=max(s.stats.peak_running for s in sched),
-        max_running_requests=plan.pools.max_running_requests,
+        max_running_requests=plan.max_running_requests,
         stats=stats,
         step_log=step_log,
         batch_log=batch_log,
