@@ -1,8 +1,9 @@
 """Time ``tokenmill calibrate evaluate`` on the whole calibration file and print its tables.
 
 Run: ``.venv/bin/python benchmarks/calibrate_evaluate.py [--measurements CSV] [--models-dir DIR]
-[--jobs N] [--params FILE]``. Prints the wall time (the issue's budget: < 10 minutes on a 2-core
-machine) and the error tables as Markdown, as docs/perf.md shows them.
+[--jobs N] [--params FILE] [--out PRED.csv] [--figure F.png --figure F.svg] [--accuracy-out FILE]``.
+Prints the wall time (the issue's budget: < 10 minutes on a 2-core machine) and the error tables
+as Markdown, as docs/perf.md shows them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--params", default=None)
     ap.add_argument("--out", default=None, help="predictions CSV (default: a temporary file)")
+    ap.add_argument("--figure", action="append", default=[], help="also draw the scatter (.png/.svg, repeatable)")
+    ap.add_argument("--accuracy-out", default=None, help="also write the error bands `predict` shows")
     args = ap.parse_args()
     out = args.out or str(Path(tempfile.mkdtemp()) / "pred.csv")
     cmd = [
@@ -64,6 +67,10 @@ def main() -> None:
     ]
     if args.params:
         cmd += ["--params", args.params]
+    for fig in args.figure:
+        cmd += ["--figure", fig]
+    if args.accuracy_out:
+        cmd += ["--accuracy-out", args.accuracy_out]
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
     elapsed = time.perf_counter() - t

@@ -379,12 +379,16 @@ def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixtu
     meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
     acc = tmp_path / "acc.json"
     args = ["calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS]
-    fig = tmp_path / "scatter.png"
+    fig, svg = tmp_path / "scatter.png", tmp_path / "scatter.svg"
     code, stdout, _ = cli(
-        capsys, *args, "--out", str(tmp_path / "p.csv"), "--accuracy-out", str(acc), "--figure", str(fig), "--json"
+        capsys,
+        *args,
+        *("--out", str(tmp_path / "p.csv"), "--accuracy-out", str(acc)),
+        *("--figure", str(fig), "--figure", str(svg), "--json"),
     )
     assert code == 0 and json.loads(stdout)["accuracy_out"] == str(acc)
-    assert json.loads(stdout)["figure"] == str(fig) and fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(stdout)["figures"] == [str(fig), str(svg)] and fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert svg.read_text().lstrip().startswith("<?xml")
     table = load_accuracy(acc)
     assert table is not None and table.params_sha256 == fingerprint(shipped_path())
     # the three predicted rows: llama8 (h100, vllm), oss (b200, trtllm), pd (h200, sglang)

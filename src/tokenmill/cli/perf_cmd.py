@@ -283,8 +283,11 @@ def evaluate(
         ),
     ] = None,
     figure: Annotated[
-        Path | None,
-        typer.Option("--figure", help="Predicted against measured TTFT and TPOT (.png/.svg; needs silicon columns)."),
+        list[Path] | None,
+        typer.Option(
+            "--figure",
+            help="Predicted against measured TTFT and TPOT (.png/.svg, repeatable; needs silicon columns).",
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -294,13 +297,15 @@ def evaluate(
     from tokenmill.perf.measurements import read_measurements
 
     rows, silicon = read_measurements(measurements)
-    for flag, value in (("--accuracy-out", accuracy_out), ("--figure", figure)):
+    figures = figure or []
+    for flag, value in (("--accuracy-out", accuracy_out), ("--figure", figures or None)):
         if value is not None and not silicon:
             raise TokenmillError(f"{flag}: needs the silicon_ttft_ms and silicon_tpot_ms columns in --measurements")
-    if figure is not None:
+    if figures:
         from tokenmill.report.memory_figures import _check_suffix
 
-        _check_suffix(figure)  # before the replay, not after it
+        for path in figures:
+            _check_suffix(path)  # before the replay, not after it
     table = load_table(params_file)
     with _progress(len(rows), json_out, "predicting") as bar:
         preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar)
@@ -327,7 +332,7 @@ def evaluate(
         acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file)
         acc.write(accuracy_out)
         result["accuracy_out"] = str(accuracy_out)
-    if figure is not None:
+    if figures:
         from tokenmill.report.calibration_figures import ScoredPoint, calibration_figure
 
         points = [
@@ -335,7 +340,7 @@ def evaluate(
             for p in _scored_rows(preds)
         ]
         title = f"tokenmill predictions against {measurements.name}: {len(points)} fully specified rows"
-        result["figure"] = str(calibration_figure(points, figure, title))
+        result["figures"] = [str(calibration_figure(points, path, title)) for path in figures]
     if json_out:
         print(json.dumps(result, indent=2))
         return
