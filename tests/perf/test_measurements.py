@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.perf.rows import MODELS, row
 from tokenmill.errors import TokenmillError
-from tokenmill.perf.calibrate import predict_row
+from tokenmill.perf.calibrate import predict_row, score
 from tokenmill.perf.calibrated import load_table
 from tokenmill.perf.measurements import RowSpec, Skip, find_config, interpret, model_for_row, read_measurements
 from tokenmill.perf.replay import MAX_CONCURRENCY
@@ -187,3 +187,7 @@ def test_lines_with_more_or_fewer_fields_than_the_header_are_skipped_with_the_co
         "malformed line: 2 fields where the header has 8",
     ]
     assert isinstance(got[2], RowSpec) and got[2].concurrency == 4
+    # the scores group the short line's missing model and system under a name that sorts and prints
+    scored = score([predict_row(r, str(MODELS), load_table()) for r in rows])
+    assert sorted(scored["by_model"]) == ["(empty)", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert scored["by_system"]["(empty)"]["rows"] == 1

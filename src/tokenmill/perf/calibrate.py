@@ -241,7 +241,7 @@ def score(preds: list[RowPrediction]) -> dict[str, Any]:
     ):
         groups: dict[str, list[RowPrediction]] = {}
         for p in full:
-            groups.setdefault(key(p), []).append(p)
+            groups.setdefault(key(p) or "(empty)", []).append(p)  # a row without the column
         result[name] = {k: _stats(v) for k, v in sorted(groups.items())}
     reasons: dict[str, int] = {}
     for p in preds:
