@@ -294,6 +294,24 @@ def test_kimi_linear_layer_missing_from_schedule_is_an_error() -> None:
         model_from_config(config, "tiny")
 
 
+def test_a_config_with_absurd_sizes_is_refused_before_anything_is_built() -> None:
+    # 10¹² layers would be 10¹² layer objects: refused in one line instead of a MemoryError
+    config = _fixture(KIMI_TINY_MOONSHOT)
+    config["num_hidden_layers"] = 10**12
+    with pytest.raises(TokenmillError, match=r"field 'num_hidden_layers' must be at most 10,000") as exc:
+        model_from_config(config, "tiny")
+    assert "\n" not in str(exc.value)
+
+
+def test_a_token_cannot_use_more_experts_than_the_layer_has() -> None:
+    config = json.loads(
+        (Path(str(resources.files("tokenmill.spec") / "presets")) / "Qwen--Qwen3-30B-A3B_config.json").read_text()
+    )
+    config["num_experts_per_tok"] = config["num_experts"] + 1
+    with pytest.raises(TokenmillError, match=r"'num_experts_per_tok' \(experts a token uses\) must be at most the 128"):
+        model_from_config(config, "qwen3-30b-a3b")
+
+
 # --- Qwen3-Next (Gated DeltaNet hybrid) ---------------------------------------------------------
 
 # Hand count of Qwen3-Next-80B-A3B from the fixture's numbers (HF Qwen3NextForCausalLM modules):

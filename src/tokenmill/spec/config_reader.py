@@ -39,10 +39,12 @@ class ConfigReader:
             raise self._fail(key, f"must be an integer (got {value!r})")
         return value
 
-    def pos_int(self, key: str, default: Any = _MISSING) -> int:
+    def pos_int(self, key: str, default: Any = _MISSING, maximum: int | None = None) -> int:
         value = self.get_int(key, default)
         if value <= 0:
             raise self._fail(key, f"must be a positive integer (got {value})")
+        if maximum is not None and value > maximum:
+            raise self._fail(key, f"must be at most {maximum:,} (got {value:,})")
         return value
 
     def opt_int(self, key: str) -> int | None:

@@ -43,13 +43,17 @@ class Parsed:
     notes: list[str] = field(default_factory=list)
 
 
+#: Layers a config may declare: the largest public models have a few hundred, and every layer is
+#: an object here (10¹² of them would exhaust memory before any error could be said)
+MAX_LAYERS = 10_000
+
 Parser = Callable[[ConfigReader, bld.InventoryBuilder, dict[str, Any]], Parsed]
 
 
 def _common(r: ConfigReader) -> tuple[int, int, int, bool, int]:
     hidden = r.pos_int("hidden_size")
     vocab = r.pos_int("vocab_size")
-    n_layers = r.pos_int("num_hidden_layers")
+    n_layers = r.pos_int("num_hidden_layers", maximum=MAX_LAYERS)
     tie = r.get_bool("tie_word_embeddings", False)
     max_ctx = r.first_int("max_position_embeddings", "model_max_length", default=0) or 131072
     return hidden, vocab, n_layers, tie, max_ctx

@@ -63,6 +63,14 @@ def model_from_config(
     rules = quant_rules(qsource, source)
     builder = InventoryBuilder(rules, expert_format)
     parsed = PARSERS[model_type](reader, builder, config)
+    moe = parsed.moe
+    if moe is not None and moe.experts_per_token > moe.num_experts:
+        # the config names differ by family (num_experts_per_tok, experts_per_token, …)
+        raise reader.fail(
+            "num_experts_per_tok",
+            f"(experts a token uses) must be at most the {moe.num_experts} routed experts "
+            f"(got {moe.experts_per_token})",
+        )
     notes = list(parsed.notes)
     if expert_format is not None:
         notes.append(f"routed experts overridden to {expert_format.value}")
