@@ -169,18 +169,28 @@ def _int(row: dict[str, str], key: str) -> int | None:
     return int(x) if x is not None and x >= 1 else None
 
 
-def _bad_size(row: dict[str, str], key: str) -> str | None:
-    """Why a size cell is unusable, or None: empty, 0 and whole numbers ≥ 1 are sizes."""
-    raw = (row.get(key) or "").strip()
-    if not raw:
-        return None
-    try:
-        x = float(raw)
-    except ValueError:
-        x = math.nan
-    if x == 0 or (math.isfinite(x) and x >= 1 and x.is_integer()):
-        return None
-    return f"{key} {raw!r} is not a whole number (empty or 0 means 1)"
+#: A role's size columns (``prefill_``/``decode_`` prefixed for disaggregated rows)
+SIZE_COLUMNS = ("tp_size", "attention_dp_size", "pp_size", "moe_tp_size", "moe_ep_size", "num_workers", "batch_size")
+
+
+def _sizes(row: dict[str, str], prefix: str) -> tuple[dict[str, int | None], str]:
+    """A role's sizes read once: each an int, None when empty or 0 (the collector's "not set"),
+    or the reason a cell is unusable (text, a fraction, a negative, inf, nan)."""
+    out: dict[str, int | None] = {}
+    for col in SIZE_COLUMNS:
+        key = prefix + col
+        raw = (row.get(key) or "").strip()
+        try:
+            x = float(raw) if raw else 0.0
+        except ValueError:
+            x = math.nan
+        if x == 0:
+            out[col] = None
+        elif math.isfinite(x) and x >= 1 and x.is_integer():
+            out[col] = int(x)
+        else:
+            return {}, f"{key} {raw!r} is not a whole number (empty or 0 means 1)"
+    return out, ""
 
 
 def _not_positive(row: dict[str, str], key: str) -> str:
@@ -229,15 +239,14 @@ def row_concurrency(row: dict[str, str]) -> int | None:
 
 def _role(row: dict[str, str], prefix: str, kv: KVDtype, gpu: GPU, mode: str) -> tuple[Role | None, str | None, str]:
     """(role, note, skip reason) of one role's columns (``prefix`` '' for agg rows)."""
-    for key in ("tp_size", "attention_dp_size", "pp_size", "moe_tp_size", "moe_ep_size", "num_workers", "batch_size"):
-        bad = _bad_size(row, prefix + key)
-        if bad:
-            return None, None, bad
-    tp = _int(row, prefix + "tp_size") or 1
-    dp = _int(row, prefix + "attention_dp_size") or 1
-    pp = _int(row, prefix + "pp_size") or 1
-    mtp = _int(row, prefix + "moe_tp_size")
-    mep = _int(row, prefix + "moe_ep_size")
+    sizes, bad = _sizes(row, prefix)
+    if bad:
+        return None, None, bad
+    tp = sizes["tp_size"] or 1
+    dp = sizes["attention_dp_size"] or 1
+    pp = sizes["pp_size"] or 1
+    mtp = sizes["moe_tp_size"]
+    mep = sizes["moe_ep_size"]
     note = None
     orig = (tp, dp, mtp, mep)
     width = tp * dp
@@ -280,8 +289,8 @@ def _role(row: dict[str, str], prefix: str, kv: KVDtype, gpu: GPU, mode: str) ->
         moe_a2a_backend=a2a,
         mem_fraction_static=ENGINE_MEM_FRACTION,
     )
-    workers = _int(row, prefix + "num_workers") or 1 if prefix else 1
-    batch = _int(row, prefix + "batch_size")
+    workers = (sizes["num_workers"] or 1) if prefix else 1
+    batch = sizes["batch_size"]
     return Role(layout, workers, batch), note, ""
 
 
