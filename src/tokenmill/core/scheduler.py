@@ -36,6 +36,7 @@ from tokenmill.core.slots import StateSlotAllocator
 from tokenmill.errors import TokenmillError
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang clips each request's reserved output at this many tokens
+_ONE_ZERO = [0]  # a placeholder token for a step result that names none (never mutated)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ class Scheduler:
 
     def _decode_reserve_pages(self) -> int:
         ratio = self.config.new_token_ratio
-        tokens = sum(min(r.remaining_new, CLIP_MAX_NEW_TOKENS) for r in self.running)
+        clip = CLIP_MAX_NEW_TOKENS
+        tokens = sum([min(r.max_new_tokens - r.output_len, clip) for r in self.running])
         return int(tokens * ratio) // self.config.page_tokens + len(self.running)
 
     # --- admission -----------------------------------------------------------------------------
@@ -273,14 +275,24 @@ class Scheduler:
         return batch
 
     def _schedule_decode(self, batch: ScheduledBatch, prefilling: set[int]) -> None:
+        # The simulator runs this for every running request of every decode step: the request's
+        # properties are read inline (total_len, remaining_new, in_prefill, pages_for).
         width = self.config.verify_tokens
         pt = self.config.page_tokens
-        candidates = [r for r in self.running if not r.in_prefill and id(r) not in prefilling]
+        track = self.config.hybrid and self.cache is not None
+        running = Status.RUNNING
+        append = batch.decode.append
+        if prefilling:
+            candidates = [r for r in self.running if r.computed >= r.prefill_target and id(r) not in prefilling]
+        else:
+            candidates = [r for r in self.running if r.computed >= r.prefill_target]
         for req in candidates:
-            if req.status is not Status.RUNNING:
+            if req.status is not running:
                 continue  # retracted while making room for an earlier one
-            tokens = min(width, req.remaining_new)
-            need = self.pages.pages_for(req.total_len + tokens) - len(req.pages)
+            total = req.prompt_len + req.output_len
+            remaining = req.max_new_tokens - req.output_len
+            tokens = width if width < remaining else remaining
+            need = -(-(total + tokens) // pt) - len(req.pages)
             while need > 0:
                 got = self._alloc_pages(need)
                 if got is not None:
@@ -296,9 +308,9 @@ class Scheduler:
             slot = None
             # After this step the state covers the tokens fed so far (total_len: the last output is
             # fed now); copy it when that is a block boundary, so a later turn can resume there.
-            if self.config.hybrid and req.track_slots and self.cache is not None and req.total_len % pt == 0:
+            if track and req.track_slots and total % pt == 0:
                 slot = self._next_track_slot(req)
-            batch.decode.append(DecodeItem(req, req.total_len, tokens, slot))
+            append(DecodeItem(req, total, tokens, slot))
 
     def _pick_victim(self, exclude: Request, prefilling: set[int]) -> Request | None:
         """SGLang retracts the requests with the least progress first (fewest output tokens)."""
@@ -380,18 +392,37 @@ class Scheduler:
                 self._emit(req, result.tokens.get(req.rid, [0])[:1], end_s)
                 if req.rid in result.stopped or req.remaining_new <= 0:
                     finished.append(req)
+        # once per running request per decode step in the simulator: _emit inlined
+        tokens_of = result.tokens.get
+        stopped = result.stopped
+        running = Status.RUNNING
+        decoded = 0
         for d in batch.decode:
             req = d.request
-            if req.status is not Status.RUNNING:
+            if req.status is not running:
                 continue
-            produced = result.tokens.get(req.rid, [0])[: d.tokens] or [0]
-            self._emit(req, produced, end_s)
-            req.computed = req.total_len - 1  # every token but the newest is fed
-            st.decode_tokens += len(produced)
+            produced = tokens_of(req.rid, _ONE_ZERO)
+            if len(produced) > d.tokens:
+                produced = produced[: d.tokens]
+            if not produced:
+                produced = _ONE_ZERO
+            decoded += len(produced)
+            remaining = req.max_new_tokens - req.output_len
+            if len(produced) > remaining:
+                produced = produced[: max(0, remaining)]
+            n = len(produced)
+            if n:
+                if req.first_token_s is None:
+                    req.first_token_s = end_s
+                req.output_ids.extend(produced)
+                req.output_len += n
+                req.token_times.extend([end_s] * n)
+            req.computed = req.prompt_len + req.output_len - 1  # every token but the newest is fed
             if d.checkpoint_slot is not None:
                 req.checkpoint_pos, req.checkpoint_slot = d.context // pt, d.checkpoint_slot
-            if req.rid in result.stopped or req.remaining_new <= 0:
+            if req.output_len >= req.max_new_tokens or req.rid in stopped:
                 finished.append(req)
+        st.decode_tokens += decoded
         for req in finished:
             self._finish(req, end_s, "stop" if req.rid in result.stopped else "length")
         return finished

@@ -75,6 +75,7 @@ from tokenmill.plan.cache_sizes import cache_sizes
 from tokenmill.plan.layout import Layout
 from tokenmill.plan.memory_plan import MemoryPlan
 from tokenmill.sim.executor import SimExecutor
+from tokenmill.sim.gc_pause import cyclic_gc_paused
 from tokenmill.sim.runner import SimOptions, scheduler_config_for
 
 DECODE_EVENTS = 48  # macro steps per request's decode (stride = OSL / this)
@@ -201,20 +202,20 @@ class _StrideExecutor:
                 decode=tuple(DecodeWork(d.context, 1) for d in batch.decode),
             )
         else:
-            k = min(d.tokens for d in batch.decode)
+            k = min([d.tokens for d in batch.decode])
             mid = (k - 1) // 2
-            shape = BatchShape(decode=tuple(DecodeWork(d.context + mid, 1) for d in batch.decode))
+            shape = BatchShape(decode=tuple([DecodeWork(d.context + mid, 1) for d in batch.decode]))
         f = self.cost.features(shape)
         step = k * _seconds(f, self.params)
-        for d in batch.decode:
-            tokens[d.request.rid] = [0] * k
+        produced = [0] * k  # one list for every request: the scheduler only reads it
+        tokens.update((d.request.rid, produced) for d in batch.decode)
         if self.log is not None:
             self.log.add_step(self.now, self.now + step, [(f, float(k))])
         if not batch.prefill and batch.decode:
             n = len(batch.decode)
             self.decode_steps += k
             self.decode_batch_sum += k * n
-            self.decode_ctx_sum += k * sum(d.context for d in batch.decode) / n
+            self.decode_ctx_sum += k * sum([d.context for d in batch.decode]) / n
         return StepResult(step, tokens)
 
 
@@ -268,6 +269,7 @@ class _Req:
     req: Request
 
 
+@cyclic_gc_paused()
 def _closed_loop(
     plan: MemoryPlan,
     cost: CostModel,

@@ -25,6 +25,7 @@ from tokenmill.plan.layout import PrefixCache
 from tokenmill.plan.memory_plan import MemoryPlan
 from tokenmill.sim.clock import EventClock
 from tokenmill.sim.executor import SimExecutor
+from tokenmill.sim.gc_pause import cyclic_gc_paused
 
 if TYPE_CHECKING:
     from tokenmill.workload.request import RequestSpec, Workload
@@ -147,6 +148,7 @@ def _full_block_ids(spec: RequestSpec, nxt: RequestSpec | None, block_tokens: in
     return spec.block_ids
 
 
+@cyclic_gc_paused()
 def simulate(plan: MemoryPlan, workload: Workload, options: SimOptions | None = None) -> SimulationResult:
     """Run ``workload`` on ``plan``'s deployment; deterministic for the same inputs."""
     options = options or SimOptions()
