@@ -132,11 +132,13 @@ def predict(
             raise TokenmillError("--accept-length needs speculative decoding, which disaggregated workers do not model")
         dgpus = gpus if decode_gpus is None else decode_gpus
         dplan = build_plan(model, gpu, dgpus, decode_flags(flags, decode_layout))
-        pred = predict_disaggregated(
-            plan, dplan, prefill_workers, decode_workers, b, isl, osl, concurrency, params, notes
-        )
+        with _working(f"replaying {concurrency:,} lanes", json_out):
+            pred = predict_disaggregated(
+                plan, dplan, prefill_workers, decode_workers, b, isl, osl, concurrency, params, notes
+            )
     else:
-        pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
+        with _working(f"replaying {concurrency:,} lanes", json_out):
+            pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
     out = pred.to_dict()
     band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())
     out["accuracy"] = None
@@ -205,6 +207,19 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
     console.print(d)
     for note in out["notes"]:
         console.print(f"note: {note}")
+
+
+@contextmanager
+def _working(label: str, quiet: bool) -> Iterator[None]:
+    """A spinner on a terminal's stderr while one long call runs (a replay of thousands of lanes
+    takes seconds); nothing with --json or when stderr is not a terminal."""
+    if quiet or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(label):
+        yield
 
 
 @contextmanager
