@@ -82,7 +82,7 @@ DECODE_EVENTS = 48  # macro steps per request's decode (stride = OSL / this)
 WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
 LARGE_WORKER = 32  # lanes per worker from which one measured wave after the first is enough
 #: Lanes a replay runs at most: 4 × the largest concurrency of the calibration file. A replay's
-#: time and memory grow with the lanes (16,384 lanes on one GPU: 22 s, 1.1 GB), so a row or a
+#: time and memory grow with the lanes (16,384 lanes on one GPU: 10.5 s, 1.1 GB), so a row or a
 #: flag asking for a million is refused rather than left to run for hours.
 MAX_CONCURRENCY = 65_536
 
