@@ -1,9 +1,9 @@
 """Screen a change to the constants on recorded steps: in-sample and leave-one-model-out, no replay.
 
-A full refit (`calibrate fit`, 17 minutes) and leave-one-model-out (`calibrate_lomo.py`, 14
+A full refit (`calibrate fit`, 12 minutes) and leave-one-model-out (`calibrate_lomo.py`, 11
 minutes) replay every row. To try a constant at a fixed value first, this script replays every
 fully specified row once with the shipped constants, recording each step's demands (cached in
-``--cache``, about 550 MB, 5 minutes; rebuilt when the shipped constants or the perf code change),
+``--cache``, about 550 MB, 2–5 minutes; rebuilt when the shipped constants or the perf code change),
 and then only re-weights the recorded steps:
 
 1. refit from the shipped constants, with every ``--set KEY=VALUE`` global constant pinned; print
