@@ -132,12 +132,12 @@ def predict(
             raise TokenmillError("--accept-length needs speculative decoding, which disaggregated workers do not model")
         dgpus = gpus if decode_gpus is None else decode_gpus
         dplan = build_plan(model, gpu, dgpus, decode_flags(flags, decode_layout))
-        with _working(f"replaying {concurrency:,} lanes", json_out):
+    with _working(f"replaying {concurrency:,} lanes", json_out):
+        if decode_workers:
             pred = predict_disaggregated(
                 plan, dplan, prefill_workers, decode_workers, b, isl, osl, concurrency, params, notes
             )
-    else:
-        with _working(f"replaying {concurrency:,} lanes", json_out):
+        else:
             pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
     out = pred.to_dict()
     band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())

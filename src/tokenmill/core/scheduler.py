@@ -392,10 +392,11 @@ class Scheduler:
                 self._emit(req, result.tokens.get(req.rid, [0])[:1], end_s)
                 if req.rid in result.stopped or req.remaining_new <= 0:
                     finished.append(req)
-        # once per running request per decode step in the simulator: _emit inlined
+        # once per running request per decode step in the simulator: fields read inline
         tokens_of = result.tokens.get
         stopped = result.stopped
         running = Status.RUNNING
+        emit = self._emit
         decoded = 0
         for d in batch.decode:
             req = d.request
@@ -407,16 +408,7 @@ class Scheduler:
             if not produced:
                 produced = _ONE_ZERO
             decoded += len(produced)
-            remaining = req.max_new_tokens - req.output_len
-            if len(produced) > remaining:
-                produced = produced[: max(0, remaining)]
-            n = len(produced)
-            if n:
-                if req.first_token_s is None:
-                    req.first_token_s = end_s
-                req.output_ids.extend(produced)
-                req.output_len += n
-                req.token_times.extend([end_s] * n)
+            emit(req, produced, end_s)
             req.computed = req.prompt_len + req.output_len - 1  # every token but the newest is fed
             if d.checkpoint_slot is not None:
                 req.checkpoint_pos, req.checkpoint_slot = d.context // pt, d.checkpoint_slot
@@ -427,15 +419,20 @@ class Scheduler:
             self._finish(req, end_s, "stop" if req.rid in result.stopped else "length")
         return finished
 
-    def _emit(self, req: Request, tokens: list[int], t: float) -> None:
-        tokens = tokens[: max(0, req.remaining_new)]
-        if not tokens:
+    @staticmethod
+    def _emit(req: Request, tokens: list[int], t: float) -> None:
+        """Append ``tokens`` (at most what the request may still produce) at time ``t``."""
+        remaining = req.max_new_tokens - req.output_len
+        if len(tokens) > remaining:
+            tokens = tokens[: max(0, remaining)]
+        n = len(tokens)
+        if not n:
             return
         if req.first_token_s is None:
             req.first_token_s = t
         req.output_ids.extend(tokens)
-        req.output_len += len(tokens)
-        req.token_times.extend([t] * len(tokens))
+        req.output_len += n
+        req.token_times.extend([t] * n)
 
     def _finish(self, req: Request, t: float, reason: str) -> None:
         req.computed = min(req.computed, req.total_len - 1)
