@@ -136,7 +136,7 @@ def test_unreadable_sizes_are_skipped_not_read_as_one() -> None:
     assert isinstance(interpret(row(tp_size="", moe_tp_size="0", moe_ep_size="0"), MODELS), RowSpec)
     for value in ("inf", "2.5", "two", "-2"):
         got = interpret(row(tp_size=value), MODELS)
-        assert isinstance(got, Skip) and got.reason.startswith(f"tp_size {value!r} is not a whole number")
+        assert isinstance(got, Skip) and got.reason.startswith(f"tp_size {value!r} is not a positive whole number")
 
 
 def test_concurrency_zero_or_beyond_the_replay_is_skipped_with_a_reason() -> None:

@@ -189,7 +189,7 @@ def _sizes(row: dict[str, str], prefix: str) -> tuple[dict[str, int | None], str
         elif math.isfinite(x) and x >= 1 and x.is_integer():
             out[col] = int(x)
         else:
-            return {}, f"{key} {raw!r} is not a whole number (empty or 0 means 1)"
+            return {}, f"{key} {raw!r} is not a positive whole number (empty or 0 means 1)"
     return out, ""
 
 
