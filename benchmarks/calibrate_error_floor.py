@@ -189,6 +189,15 @@ def main() -> None:
     predicted_tpot = {p["id"]: float(p["predicted_tpot_ms"]) for p in predictions if p["predicted_tpot_ms"]}
     points = split_points(scored, predicted_tpot)
     out["tpot_split"] = tpot_split(points)
+    out["tpot_split_all"] = {
+        "points": len(points),
+        "decode_step_median_ape": statistics.median(abs(p.pred_step_ms / p.meas_step_ms - 1) for p, _ in points)
+        if points
+        else None,
+        "interference_median_ape": statistics.median(abs(p.pred_behind_ms / p.meas_behind_ms - 1) for p, _ in points)
+        if points
+        else None,
+    }
     for path in args.split_figure:
         tpot_split_figure([p for p, _ in points], Path(path))
     if args.json:
@@ -220,6 +229,13 @@ def main() -> None:
         print(
             f"| {release} | {v['campaign_points']} | {v['decode_step_pred_over_meas']:.2f} | "
             f"{v['interference_pred_over_meas']:.2f} | {100 * v['form_check_median_ape']:.1f} % |"
+        )
+    every = out["tpot_split_all"]
+    assert isinstance(every, dict)
+    if every["points"]:
+        print(
+            f"all {every['points']} points: decode step off by {100 * every['decode_step_median_ape']:.1f} %, "
+            f"interference by {100 * every['interference_median_ape']:.1f} % (median absolute errors)"
         )
 
 
