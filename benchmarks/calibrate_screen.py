@@ -17,6 +17,10 @@ sequence does not depend on step times); so the medians match `calibrate evaluat
 tenth of a point (28.0 % / 14.0 % against 28.0 % / 13.9 % with the shipped constants).
 
     .venv/bin/python benchmarks/calibrate_screen.py [--set collective_bandwidth_efficiency=0.8] [--lomo]
+
+``--prior KEY=VALUE:WEIGHT`` moves the centre of the fit's pull on a constant and its weight per
+row (``calibrate.BENCHMARK_PRIORS`` and ``PRIOR_WEIGHTS``), for the in-sample refit and the
+leave-one-model-out refits alike.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenmill.perf import calibrate
 from tokenmill.perf.calibrate import FitData, collect, fit_constants, fitting_rows, predict_recorded, predict_rows
 from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
 from tokenmill.perf.measurements import read_measurements
-from tokenmill.perf.params import GLOBAL_FIELDS
+from tokenmill.perf.params import BOUNDS, GLOBAL_FIELDS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from calibrate_lomo import family
@@ -92,6 +97,9 @@ def main() -> None:
     ap.add_argument("--models-dir", default="/work/shared/models")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/tokenmill-recorded-steps.npz"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="pin a global constant")
+    ap.add_argument(
+        "--prior", action="append", default=[], metavar="KEY=VALUE:WEIGHT", help="centre and weight of a pull"
+    )
     ap.add_argument("--sweeps", type=int, default=3)
     ap.add_argument("--lomo", action="store_true")
     ap.add_argument("--max-rows", type=int, default=1200)
@@ -103,6 +111,13 @@ def main() -> None:
         if k not in GLOBAL_FIELDS:
             ap.error(f"--set {kv}: {k} is not a global constant ({', '.join(GLOBAL_FIELDS)})")
         pinned[k] = float(v)
+    for kv in args.prior:
+        k, _, vw = kv.partition("=")
+        v, _, w = vw.partition(":")
+        if k not in BOUNDS or not v or not w:
+            ap.error(f"--prior {kv}: expected KEY=VALUE:WEIGHT with KEY a fitted constant")
+        calibrate.BENCHMARK_PRIORS[k] = float(v)
+        calibrate.PRIOR_WEIGHTS[k] = float(w)
     t0 = time.perf_counter()
     data, fam = recorded(args.cache, args.measurements, args.models_dir, args.jobs)
     print(f"{len(data.ids)} rows, {len(data.row):,} recorded steps ({time.perf_counter() - t0:.0f} s)")
@@ -114,8 +129,9 @@ def main() -> None:
     table, report = fit_constants(data, start(load_table()), sweeps=args.sweeps, fixed=tuple(pinned))
     everything = np.ones(len(data.ids), dtype=bool)
     et, ep = apes(data, table, everything)
+    changes = args.set + args.prior
     print(
-        f"in sample{' with ' + ', '.join(args.set) if args.set else ''}: loss {report.loss_before:.1f} → "
+        f"in sample{' with ' + ', '.join(changes) if changes else ''}: loss {report.loss_before:.1f} → "
         f"{report.loss_after:.1f}; median TTFT {100 * np.median(et):.1f} %, TPOT {100 * np.median(ep):.1f} %"
     )
     print(json.dumps(table.to_json(), indent=1))

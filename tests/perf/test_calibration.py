@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tokenmill.perf.calibrate as calibrate
 from tests.perf.rows import MODELS, row
-from tokenmill.perf.calibrate import _tie_groups, collect, fit, predict_recorded, predict_rows, score
+from tokenmill.perf.calibrate import _tie_groups, collect, fit, fit_constants, predict_recorded, predict_rows, score
 from tokenmill.perf.calibrated import ParamTable, load_table, params_for
 from tokenmill.perf.params import ENGINE_FIELDS, GPU_FIELDS, PerfParams
 
@@ -85,6 +86,38 @@ def test_kernel_efficiencies_are_shared_by_generation_and_fp4_by_architecture() 
     assert _tie_groups(gpus, "attention_efficiency") == [[0, 1, 2], [3, 4], [5]]
     assert _tie_groups(gpus, "fp4_matmul_ratio") == [[0, 2], [1], [3, 4], [5]]
     assert _tie_groups(gpus, "collective_latency_s") == [[0], [1], [2], [3], [4], [5]]
+
+
+def test_gemm_constants_are_pulled_harder_towards_their_benchmark_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fit's pull on the dense GEMM efficiency and the 8-bit ratio is centred on published
+    GEMM benchmark values (0.75 of peak, 0.9 ×), not on the uncalibrated defaults (0.55, 0.85), and
+    is ten times stronger than on the other constants (docs/perf.md §3)."""
+    assert calibrate._log_prior("matmul_efficiency") == pytest.approx(np.log(0.75))
+    assert calibrate._log_prior("fp8_matmul_ratio") == pytest.approx(np.log(0.9))
+    assert calibrate._log_prior("step_overhead_s") == pytest.approx(np.log(PerfParams().step_overhead_s))
+    rows = [
+        row(id="a", silicon_data_source="s; silicon_concurrency=4", isl="2048", osl="64", silicon_ttft_ms="400"),
+        row(id="b", silicon_data_source="s; silicon_concurrency=16", isl="2048", osl="64", silicon_ttft_ms="1500"),
+    ]
+    data = collect(predict_rows(rows, MODELS, ParamTable(), record=True))
+    shipped = dict(calibrate.PRIOR_WEIGHTS)
+    strong, _ = fit_constants(data, ParamTable(), sweeps=2)
+    monkeypatch.setattr(calibrate, "PRIOR_WEIGHTS", {})
+    weak, _ = fit_constants(data, ParamTable(), sweeps=2)
+    monkeypatch.setattr(calibrate, "PRIOR_WEIGHTS", shipped)
+    monkeypatch.setattr(calibrate, "BENCHMARK_PRIORS", {})
+    centred_low, _ = fit_constants(data, ParamTable(), sweeps=2)
+
+    def gemm(table: ParamTable) -> float:
+        return table.gpus["h100"]["matmul_efficiency"]
+
+    # these prefills are slower than the model: the GEMMs are fitted below 0.75 of peak (0.21
+    # with the ordinary pull), and ten times the pull holds them nearer it (0.39: the engine's
+    # compute_scale takes the rest)
+    assert gemm(weak) < gemm(strong) < 0.75
+    assert gemm(strong) / gemm(weak) > 1.5
+    # the same pull centred on the uncalibrated 0.55 ends lower
+    assert gemm(centred_low) < gemm(strong)
 
 
 def test_recorded_steps_reweighted_equal_a_replay_with_other_constants() -> None:

@@ -4,6 +4,9 @@ The defaults of ``PerfParams`` are **priors**, typical of well-tuned serving eng
 datacenter GPUs: cuBLAS/CUTLASS GEMMs reach 50–70 % of dense peak on large shapes, decode-time
 weight streaming 70–85 % of HBM bandwidth, NCCL all-reduce a few µs of latency inside an NVLink
 domain and tens of µs across nodes, a CPU scheduler step of 1–2 ms that overlaps the GPU.
+These defaults are also the uncalibrated roofline (``simulate`` without ``--backend``). The fit pulls
+the dense GEMM efficiency and the 8-bit ratio towards published GEMM benchmark values instead (0.75
+and 0.9: ``calibrate.BENCHMARK_PRIORS``), which the fitted GPUs reach anyway.
 
 Calibrated values, fitted on measured serving results per GPU kind and per engine, ship in
 ``tokenmill/perf/calibrated/params.json`` (``tokenmill calibrate fit`` rewrites it) and are read
