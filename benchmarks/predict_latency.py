@@ -34,10 +34,20 @@ POINTS = [  # (label, predict's arguments)
         "Llama-3.1-70B 4×H100 TP4 vLLM, 1k/1k, C=64",
         "--model llama-3.1-70b --gpu h100 --gpus 4 --tp 4 --isl 1024 --osl 1024 --concurrency 64 --backend vllm",
     ),
-    (  # over the target: the replay's time grows like C² (docs/perf.md section 7)
+    (  # thousands of lanes: an event at nearly every step (docs/perf.md section 7)
         "DeepSeek-R1 8×H200 DP8×EP8, 1k/1k, C=1,024",
         "--model deepseek-r1 --gpu h200 --gpus 8 --dp-attention 8 --ep 8 --moe-a2a-backend deepep "
         "--kv-cache-dtype fp8_e4m3 --isl 1024 --osl 1024 --concurrency 1024",
+    ),
+    (  # a pool too small for the lanes: retraction storms in the request-by-request fallback
+        "DeepSeek-R1 8×H200 DP8×EP8, 1k/1k, C=4,096",
+        "--model deepseek-r1 --gpu h200 --gpus 8 --dp-attention 8 --ep 8 --moe-a2a-backend deepep "
+        "--kv-cache-dtype fp8_e4m3 --isl 1024 --osl 1024 --concurrency 4096",
+    ),
+    (
+        "Qwen3-235B-FP8 8×B200 TP8 TRT-LLM, 1k/8k, C=512",
+        "--model qwen3-235b-a22b-fp8 --gpu b200 --gpus 8 --tp 8 --isl 1024 --osl 8192 --concurrency 512 "
+        "--backend trtllm",
     ),
 ]
 
@@ -48,7 +58,7 @@ def main() -> None:
     args = ap.parse_args()
     exe = shutil.which("tokenmill") or str(Path(sys.executable).with_name("tokenmill"))
     runner = CliRunner()
-    print(f"{'operating point':46} {'command (s)':>12} {'in-process (s)':>15}  ttft_ms / tpot_ms")
+    print(f"{'operating point':50} {'command (s)':>12} {'in-process (s)':>15}  ttft_ms / tpot_ms")
     for label, flags in POINTS:
         argv = flags.split()
         cmd_times, call_times = [], []
@@ -63,7 +73,7 @@ def main() -> None:
             call_times.append(time.perf_counter() - t)
             assert res.exit_code == 0, res.output
         print(
-            f"{label:46} {statistics.median(cmd_times):12.2f} {statistics.median(call_times):15.3f}"
+            f"{label:50} {statistics.median(cmd_times):12.2f} {statistics.median(call_times):15.3f}"
             f"  {out['ttft_ms']:,.1f} / {out['tpot_ms']:.2f}"
         )
     print(f"(medians of {args.repeat} runs; target: under 1 s)")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tokenmill.core import Engine, Request, ScheduledBatch, Scheduler, SchedulerConfig, Status, StepResult
 
 
@@ -132,3 +135,42 @@ def test_abort_frees_everything_at_once() -> None:
     sched.abort(req)
     assert sched.pages.num_used == 0 and sched.slots is not None and sched.slots.num_used == 0
     assert req.status is Status.FINISHED and req.finish_reason == "abort"
+
+
+def _linear_pick(running: list[Request], exclude: Request, prefilling: set[int]) -> Request | None:
+    """The retraction choice as the scheduler made it until 2026-12-01: one scan per victim."""
+    best: Request | None = None
+    for r in running:
+        if r is exclude or id(r) in prefilling or r.in_prefill or r.status is not Status.RUNNING:
+            continue
+        if best is None or (r.output_len, -r.prompt_len) < (best.output_len, -best.prompt_len):
+            best = r
+    return best
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 5), st.integers(0, 4), st.booleans()), min_size=1, max_size=30),
+    st.lists(st.integers(0, 29), max_size=12),
+    st.sets(st.integers(0, 29), max_size=4),
+)
+def test_victim_heap_picks_what_the_linear_scan_picked(
+    shapes: list[tuple[int, int, bool]], excludes: list[int], prefill_ids: set[int]
+) -> None:
+    # ties on (output, prompt) are common here: running order must break them the same way
+    sched = Scheduler(SchedulerConfig(num_pages=10, page_tokens=4))
+    for i, (prompt, output, in_prefill) in enumerate(shapes):
+        r = Request(f"r{i}", prompt_len=prompt, max_new_tokens=10, output_len=output, status=Status.RUNNING)
+        r.prefill_target = prompt
+        r.computed = 0 if in_prefill else prompt
+        sched.running.append(r)
+    running = list(sched.running)
+    prefilling = {id(running[i]) for i in prefill_ids if i < len(running)}
+    heap = sched._victim_order(prefilling)
+    for x in excludes or [0]:
+        exclude = running[x % len(running)]
+        expected = _linear_pick(running, exclude, prefilling)
+        got = sched._pop_victim(heap, exclude)
+        assert got is expected
+        if got is None:
+            break
+        got.status = Status.WAITING  # retracted: out of both choices from now on

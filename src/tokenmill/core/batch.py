@@ -6,6 +6,7 @@ core never asks how the time was obtained.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tokenmill.core.request import Request
@@ -47,19 +48,44 @@ class DecodeItem:
     checkpoint_slot: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeCohort:
+    """The decoding requests of a step held as one aggregate (``SchedulerConfig.uniform_decode``).
+
+    ``count`` requests whose contexts sum to ``context_sum``, each allowed ``tokens`` tokens (the
+    verify width, capped by the fewest any of them may still produce). The executor advances every
+    one of them by the same number of tokens, 1 to ``tokens``, with placeholder ids, and reports it
+    as ``StepResult.cohort_tokens``. A step then costs the scheduler its events (a request that
+    needs a page, saves a checkpoint or finishes), not its batch: the closed-loop replay's time
+    at thousands of lanes. ``contexts()`` lists the contexts one by one, O(count), for a cost
+    that is not linear in the context (sliding windows)."""
+
+    count: int
+    context_sum: int
+    tokens: int
+    contexts: Callable[[], list[int]]
+
+
 @dataclass(slots=True)
 class ScheduledBatch:
     step: int
     prefill: list[PrefillItem] = field(default_factory=list)
     decode: list[DecodeItem] = field(default_factory=list)
+    cohort: DecodeCohort | None = None
 
     @property
     def is_empty(self) -> bool:
-        return not self.prefill and not self.decode
+        return not self.prefill and not self.decode and self.cohort is None
+
+    @property
+    def num_decode(self) -> int:
+        """Decoding requests in the step: the listed ones and the cohort's."""
+        return len(self.decode) + (self.cohort.count if self.cohort is not None else 0)
 
     @property
     def kind(self) -> str:
-        if self.prefill and self.decode:
+        decoding = bool(self.decode) or self.cohort is not None
+        if self.prefill and decoding:
             return "mixed"
         return "prefill" if self.prefill else "decode"
 
@@ -67,6 +93,8 @@ class ScheduledBatch:
         """The scheduling decision, comparable across executors: (phase, rid, start, length)."""
         items = [("prefill", p.request.rid, p.start, p.length) for p in self.prefill]
         items += [("decode", d.request.rid, d.context, d.tokens) for d in self.decode]
+        if self.cohort is not None:
+            items.append(("cohort", "", self.cohort.count, self.cohort.context_sum))
         return tuple(items)
 
 
@@ -74,8 +102,9 @@ class ScheduledBatch:
 class StepResult:
     """What the executor reports: seconds the step took, the tokens each request produced (at most
     ``tokens`` per decode item, one per last prefill chunk; a simulator may report zeros as ids),
-    and the requests that hit a stop token."""
+    the requests that hit a stop token, and the tokens every member of the cohort produced."""
 
     elapsed_s: float
     tokens: dict[str, list[int]] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)
+    cohort_tokens: int = 0

@@ -51,6 +51,12 @@ class Request:
     token_times: list[float] = field(default_factory=list)
     retractions: int = 0
     finish_reason: str | None = None
+    # In a decode cohort (``SchedulerConfig.uniform_decode``): the scheduler clock at which
+    # output_len, output_ids, token_times and computed were last brought up to date (-1: not in
+    # one), a counter that voids its queued cohort events, and its place in the running order.
+    cohort_clock: int = -1
+    cohort_epoch: int = 0
+    running_seq: int = 0
 
     @property
     def total_len(self) -> int:

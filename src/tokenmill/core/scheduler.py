@@ -19,15 +19,27 @@ prompt and answer so far recomputed later). On finish, a request hands its full 
 newest state checkpoint to the prefix cache, which evicts least-recently-used entries under
 pressure on either pool.
 
+**Decode cohort** (``uniform_decode``, the closed-loop replay's mode). When the executor advances
+every decoding request by the same number of tokens with placeholder ids, the decoding requests
+are held as one aggregate: a clock counts the tokens each has produced, a request's lengths are
+brought up to date only when it needs the scheduler (a page, a state checkpoint, its finish,
+SGLang's reservation clip), and a step hands the executor the cohort's size and context sum
+instead of one item per request. The decisions are the eager path's, step for step: the same
+admissions, the same finishes in the same order, the same pool counts (page ids may differ). A
+decode step that would need more pages than are free falls back to the eager path for that step
+(eviction and retraction walk the running requests in order).
+
 The scheduler imports no executor, no cost model, no torch and no HTTP.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass
 
-from tokenmill.core.batch import DecodeItem, PrefillItem, ScheduledBatch, StepResult
+from tokenmill.core.batch import DecodeCohort, DecodeItem, PrefillItem, ScheduledBatch, StepResult
+from tokenmill.core.cohort import Cohort, pop_victim
 from tokenmill.core.hashing import token_block_ids
 from tokenmill.core.pages import KVPageAllocator
 from tokenmill.core.prefix_cache import HybridPrefixCache
@@ -37,6 +49,7 @@ from tokenmill.errors import TokenmillError
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang clips each request's reserved output at this many tokens
 _ONE_ZERO = [0]  # a placeholder token for a step result that names none (never mutated)
+_NEVER = 1 << 62  # a cohort clock no replay reaches
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class SchedulerConfig:
     verify_tokens: int = 1  # speculative decoding: draft tokens + 1 per verify pass
     mixed_chunk: bool = False
     new_token_ratio: float = 0.4
+    uniform_decode: bool = False  # decoding requests as one DecodeCohort (see the module docstring)
 
     def __post_init__(self) -> None:
         for name in ("num_pages", "page_tokens", "max_running_requests", "chunk_tokens", "verify_tokens"):
@@ -99,6 +113,9 @@ class Scheduler:
         self._step = 0
         self._slots_per_request = (1 + config.track_slots_per_request) if config.hybrid else 0
         self._restore_slot: int | None = None
+        self._running_seq = 0
+        self._cohort = Cohort(CLIP_MAX_NEW_TOKENS) if config.uniform_decode else None
+        self._outside: dict[int, Request] = {}  # with a cohort: the running requests not in it
 
     # --- queue ---------------------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -149,7 +166,12 @@ class Scheduler:
     def _decode_reserve_pages(self) -> int:
         ratio = self.config.new_token_ratio
         clip = CLIP_MAX_NEW_TOKENS
-        tokens = sum([min(r.max_new_tokens - r.output_len, clip) for r in self.running])
+        co = self._cohort
+        if co is not None:
+            outside = self._outside.values()
+            tokens = co.reserve_tokens() + sum([min(r.max_new_tokens - r.output_len, clip) for r in outside])
+        else:
+            tokens = sum([min(r.max_new_tokens - r.output_len, clip) for r in self.running])
         return int(tokens * ratio) // self.config.page_tokens + len(self.running)
 
     # --- admission -----------------------------------------------------------------------------
@@ -237,6 +259,8 @@ class Scheduler:
         self._step += 1
         batch = ScheduledBatch(self._step)
         budget = self.config.chunk_tokens
+        if self._cohort is not None:
+            self._cohort.unclip_due()
         if self.chunked is not None:
             item = self._prefill_item(self.chunked, budget, None)
             batch.prefill.append(item)
@@ -255,7 +279,11 @@ class Scheduler:
                     break
                 self.waiting.popleft()
                 req.admitted_s = now if req.admitted_s is None else req.admitted_s
+                self._running_seq += 1
+                req.running_seq = self._running_seq
                 self.running.append(req)
+                if self._cohort is not None:
+                    self._outside[id(req)] = req
                 item = self._prefill_item(req, budget, self._restore_slot)
                 batch.prefill.append(item)
                 budget -= item.length
@@ -275,6 +303,128 @@ class Scheduler:
         return batch
 
     def _schedule_decode(self, batch: ScheduledBatch, prefilling: set[int]) -> None:
+        co = self._cohort
+        if co is None:
+            self._schedule_decode_each(batch, prefilling)
+        elif co.members:
+            self._schedule_cohort(batch, co)
+
+    def _schedule_cohort(self, batch: ScheduledBatch, co: Cohort) -> None:
+        """The cohort's part of a step: the eager pass (``_schedule_decode_each``) restricted to
+        the members that need pages or a checkpoint now; every other member needs nothing. When
+        the free pages cover them all, one allocation serves the step; a shortage takes them in
+        running order (``_serve_short``), as the eager pass does."""
+        clock = co.clock
+        cfg = self.config
+        width = cfg.verify_tokens
+        pt = cfg.page_tokens
+        work: list[tuple[Request, int, int]] = []  # (member, its length now, pages it needs)
+        short = 0
+        for req in co.pop_due_attention():
+            output = req.output_len + clock - req.cohort_clock  # its length now, without a sync
+            total = req.prompt_len + output
+            remaining = req.max_new_tokens - output
+            need = -(-(total + (width if width < remaining else remaining)) // pt) - len(req.pages)
+            work.append((req, total, need))
+            if need > 0:
+                short += need
+        gone: list[tuple[int, int]] = []
+        if short > self.pages.num_free:
+            work.sort(key=lambda w: w[0].running_seq)  # the eager pass's order decides who gets pages
+            gone = self._serve_short(co, work)
+        elif short:
+            got = self.pages.alloc(short) or []
+            at = 0
+            for req, _, need in work:
+                if need > 0:
+                    req.pages.extend(got[at : at + need])
+                    at += need
+        checkpoints = co.checkpoints
+        checkpoints.clear()
+        if cfg.hybrid and self.cache is not None:
+            for req, total, _ in work:
+                if req.cohort_clock >= 0:  # not retracted
+                    if req.track_slots and total % pt == 0:
+                        checkpoints.append((req, total // pt, self._next_track_slot(req)))
+                    self._queue_attention(co, req, total, after=True)
+        else:  # the common case, once per page of every request: _queue_attention's pages inline
+            push = co.push_attention
+            for req, total, _ in work:
+                if req.cohort_clock >= 0:
+                    held = len(req.pages) * pt
+                    if req.prompt_len + req.max_new_tokens > held:
+                        push(req, clock + held - total - width + 1)
+        if not co.members and not gone:
+            return
+        tokens = min([width] + [t for _, t in gone])
+        if co.members:
+            tokens = min(tokens, co.next_finish() - clock)
+        extra = [c for c, _ in gone]
+
+        def contexts() -> list[int]:
+            return co.contexts() + extra
+
+        batch.cohort = DecodeCohort(co.count + len(gone), co.context_sum() + sum(extra), tokens, contexts)
+
+    def _serve_short(self, co: Cohort, work: list[tuple[Request, int, int]]) -> list[tuple[int, int]]:
+        """More pages needed than are free: serve the members in running order, evicting the
+        prefix cache and then retracting members in SGLang's order, as the eager pass does.
+        Returns (context, tokens) of the retracted members the eager pass had already scheduled
+        (earlier in running order): their items stay in its batch, so in the step's cost and width."""
+        width = self.config.verify_tokens
+        gone: list[tuple[int, int]] = []
+        for req, total, need in work:
+            if req.cohort_clock < 0:
+                continue  # retracted while making room for an earlier one
+            while need > 0:
+                got = self._alloc_pages(need)
+                if got is not None:
+                    req.pages.extend(got)
+                    break
+                victim = co.pop_victim(exclude=req)
+                if victim is None:
+                    break
+                if victim.running_seq < req.running_seq:
+                    co.sync(victim)
+                    v_total = victim.prompt_len + victim.output_len
+                    gone.append((v_total, min(width, victim.max_new_tokens - victim.output_len)))
+                self._retract(victim)
+            tokens = min(width, req.prompt_len + req.max_new_tokens - total)
+            if need > 0 and self.pages.pages_for(total + tokens) > len(req.pages):
+                self._retract(req)  # nothing else to take pages from
+        return gone
+
+    def _queue_attention(self, co: Cohort, req: Request, total: int, after: bool) -> None:
+        """Queue the first clock from now on (after now, when it was just served) at which ``req``,
+        ``total`` tokens long now, needs the scheduler: its step's tokens reach past its pages,
+        or the step starts on a block boundary where a hybrid model checkpoints its state."""
+        cfg = self.config
+        pt = cfg.page_tokens
+        clock = co.clock
+        held = len(req.pages) * pt
+        # a step at clock c needs pages for min(total + (c − clock) + width, final length) tokens
+        nxt = clock + held - total - cfg.verify_tokens + 1 if req.prompt_len + req.max_new_tokens > held else _NEVER
+        if cfg.hybrid and self.cache is not None and req.track_slots:
+            boundary = -total % pt
+            nxt = min(nxt, clock + (boundary or (pt if after else 0)))
+        if nxt < _NEVER:
+            co.push_attention(req, max(nxt, clock + 1 if after else clock))
+
+    def _join_cohort(self, req: Request) -> None:
+        co = self._cohort
+        assert co is not None
+        del self._outside[id(req)]
+        co.join(req)
+        self._queue_attention(co, req, req.prompt_len + req.output_len, after=False)
+
+    def _leave_cohort(self, req: Request) -> None:
+        """A running request stops (finish, retraction, abort): out of the cohort's books."""
+        if self._cohort is not None:
+            if req.cohort_clock >= 0:
+                self._cohort.leave(req)
+            self._outside.pop(id(req), None)
+
+    def _schedule_decode_each(self, batch: ScheduledBatch, prefilling: set[int]) -> None:
         # The simulator runs this for every running request of every decode step: the request's
         # properties are read inline (total_len, remaining_new, in_prefill, pages_for).
         width = self.config.verify_tokens
@@ -282,6 +432,7 @@ class Scheduler:
         track = self.config.hybrid and self.cache is not None
         running = Status.RUNNING
         append = batch.decode.append
+        victims: list[tuple[int, int, int, Request]] | None = None  # built on the first shortage
         if prefilling:
             candidates = [r for r in self.running if r.computed >= r.prefill_target and id(r) not in prefilling]
         else:
@@ -298,7 +449,9 @@ class Scheduler:
                 if got is not None:
                     req.pages.extend(got)
                     break
-                victim = self._pick_victim(exclude=req, prefilling=prefilling)
+                if victims is None:
+                    victims = self._victim_order(prefilling)
+                victim = self._pop_victim(victims, exclude=req)
                 if victim is None:
                     break
                 self._retract(victim)
@@ -312,17 +465,25 @@ class Scheduler:
                 slot = self._next_track_slot(req)
             append(DecodeItem(req, total, tokens, slot))
 
-    def _pick_victim(self, exclude: Request, prefilling: set[int]) -> Request | None:
-        """SGLang retracts the requests with the least progress first (fewest output tokens)."""
-        best: Request | None = None
-        for r in self.running:
-            if r is exclude or id(r) in prefilling or r.in_prefill or r.status is not Status.RUNNING:
-                continue
-            if best is None or (r.output_len, -r.prompt_len) < (best.output_len, -best.prompt_len):
-                best = r
-        return best
+    def _victim_order(self, prefilling: set[int]) -> list[tuple[int, int, int, Request]]:
+        """SGLang retracts the requests with the least progress first: fewest output tokens, then
+        the longest prompt, then running order. A heap of the decoding requests, built once per
+        pass (the keys do not change within one), so a retraction storm costs O(n log n)."""
+        heap = [
+            (r.output_len, -r.prompt_len, i, r)
+            for i, r in enumerate(self.running)
+            if id(r) not in prefilling and r.computed >= r.prefill_target and r.status is Status.RUNNING
+        ]
+        heapq.heapify(heap)
+        return heap
+
+    @staticmethod
+    def _pop_victim(heap: list[tuple[int, int, int, Request]], exclude: Request) -> Request | None:
+        """The next victim other than ``exclude`` (kept for later), skipping retracted ones."""
+        return pop_victim(heap, exclude, lambda e: e[3].status is Status.RUNNING)
 
     def _retract(self, req: Request) -> None:
+        self._leave_cohort(req)
         self._release(req, insert=False)
         req.status = Status.WAITING
         req.retractions += 1
@@ -372,9 +533,10 @@ class Scheduler:
         """Apply an executed step at time ``end_s``; return the requests that finished."""
         st = self.stats
         st.steps += 1
-        if batch.prefill and batch.decode:
+        kind = batch.kind
+        if kind == "mixed":
             st.mixed_steps += 1
-        elif batch.prefill:
+        elif kind == "prefill":
             st.prefill_steps += 1
         else:
             st.decode_steps += 1
@@ -415,6 +577,25 @@ class Scheduler:
             if req.output_len >= req.max_new_tokens or req.rid in stopped:
                 finished.append(req)
         st.decode_tokens += decoded
+        co = self._cohort
+        if co is not None:
+            if batch.cohort is not None:
+                k = result.cohort_tokens
+                if not 1 <= k <= batch.cohort.tokens:
+                    raise TokenmillError(f"cohort step produced {k} tokens (allowed 1 to {batch.cohort.tokens})")
+                st.decode_tokens += k * co.count
+                finished += co.advance(k, end_s)
+            # requests that start decoding join: those whose last prefill chunk ran, and (after a
+            # step that walked every request) every decoding request
+            done = set(map(id, finished))
+            if batch.decode:
+                joining = [d.request for d in batch.decode]
+                joining += [p.request for p in batch.prefill if p.last]
+            else:
+                joining = [p.request for p in batch.prefill if p.last]
+            for req in joining:
+                if req.status is running and req.cohort_clock < 0 and id(req) not in done:
+                    self._join_cohort(req)
         for req in finished:
             self._finish(req, end_s, "stop" if req.rid in result.stopped else "length")
         return finished
@@ -435,6 +616,7 @@ class Scheduler:
         req.token_times.extend([t] * n)
 
     def _finish(self, req: Request, t: float, reason: str) -> None:
+        self._leave_cohort(req)
         req.computed = min(req.computed, req.total_len - 1)
         self._release(req, insert=True)
         req.status = Status.FINISHED
@@ -459,6 +641,7 @@ class Scheduler:
             if req in self.waiting:
                 self.waiting.remove(req)
         elif req.status is Status.RUNNING:
+            self._leave_cohort(req)
             self._release(req, insert=False)
             self.running.remove(req)
             if self.chunked is req:

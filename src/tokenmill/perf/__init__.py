@@ -9,8 +9,8 @@ TTFT/TPOT of a deployment, with constants calibrated on measured serving results
 See docs/perf.md.
 """
 
-from tokenmill.perf.batch import BatchShape, DecodeWork, PrefillWork
+from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
 from tokenmill.perf.params import PerfParams
 from tokenmill.perf.roofline import CostModel, StepCost
 
-__all__ = ["BatchShape", "CostModel", "DecodeWork", "PerfParams", "PrefillWork", "StepCost"]
+__all__ = ["BatchShape", "CostModel", "DecodeSum", "DecodeWork", "PerfParams", "PrefillWork", "StepCost"]

@@ -25,9 +25,20 @@ class DecodeWork:
 
 
 @dataclass(frozen=True, slots=True)
+class DecodeSum:
+    """``count`` decoding requests whose contexts sum to ``context_sum``, each verifying ``tokens``
+    tokens: all a cost linear in the context needs to know of them (a decode cohort)."""
+
+    count: int
+    context_sum: int
+    tokens: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class BatchShape:
     prefill: tuple[PrefillWork, ...] = ()
     decode: tuple[DecodeWork, ...] = ()
+    decode_sum: DecodeSum | None = None  # more decoding requests, as a sum
 
     @property
     def prefill_tokens(self) -> int:
@@ -35,7 +46,8 @@ class BatchShape:
 
     @property
     def decode_tokens(self) -> int:
-        return sum(d.tokens for d in self.decode)
+        extra = self.decode_sum.count * self.decode_sum.tokens if self.decode_sum is not None else 0
+        return sum(d.tokens for d in self.decode) + extra
 
     @property
     def tokens(self) -> int:
@@ -43,4 +55,4 @@ class BatchShape:
 
     @property
     def is_empty(self) -> bool:
-        return not self.prefill and not self.decode
+        return not self.prefill and not self.decode and self.decode_sum is None

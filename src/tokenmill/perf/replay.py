@@ -38,6 +38,15 @@ request sees ~50 decode events instead of OSL. With speculative decoding the str
 simulator's own ``SimExecutor`` runs the steps. ``stride=1`` reproduces ``tokenmill.sim.simulate``
 step for step (a test pins it).
 
+**The decode batch as a cohort.** Every decoding request of a step advances by the same k, so
+the scheduler runs with ``uniform_decode``: it holds the decoding requests as one aggregate
+(``core.cohort``) and a step costs it the requests that need a page, a checkpoint or their finish,
+not the whole batch; the executor costs the cohort from its size and context sum (``DecodeSum``;
+one by one for sliding-window models, whose cost is not linear in the context). With thousands
+of lanes there is a finish, and so an event, at nearly every step, and walking every request of
+every step made the replay's time grow like C × min(C, OSL). The decisions and the step times are
+the request-by-request path's, bit for bit (``cohort=False`` runs that path; tests compare them).
+
 **Disaggregated serving.** Prefill workers are replayed the same way (requests of one output
 token, and a lane's next request waits out its decode time: (OSL − 1) × TPOT + KV transfer); the
 decode worker is in steady state with its batch spread evenly over contexts ISL..ISL+OSL, so
@@ -68,7 +77,7 @@ from tokenmill.core import Engine, Request, Scheduler
 from tokenmill.core.batch import ScheduledBatch, StepResult
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
-from tokenmill.perf.batch import BatchShape, DecodeWork, PrefillWork
+from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
 from tokenmill.perf.params import PerfParams
 from tokenmill.perf.roofline import STEP_KEYS, ZERO_FEATURES, CostModel, Features, combine
 from tokenmill.plan.cache_sizes import cache_sizes
@@ -195,28 +204,42 @@ class _StrideExecutor:
         for p in batch.prefill:
             if p.last:
                 tokens[p.request.rid] = [0]
-        if batch.prefill or not batch.decode:
-            k = 1
-            shape = BatchShape(
-                prefill=tuple(PrefillWork(p.length, p.start, p.last) for p in batch.prefill),
-                decode=tuple(DecodeWork(d.context, 1) for d in batch.decode),
-            )
+        cohort = batch.cohort
+        decoding = bool(batch.decode) or cohort is not None
+        if batch.prefill or not decoding:
+            k, mid = 1, 0
         else:
-            k = min([d.tokens for d in batch.decode])
+            widths = [d.tokens for d in batch.decode]
+            if cohort is not None:
+                widths.append(cohort.tokens)
+            k = min(widths)
             mid = (k - 1) // 2
-            shape = BatchShape(decode=tuple([DecodeWork(d.context + mid, 1) for d in batch.decode]))
+        decode = [DecodeWork(d.context + mid, 1) for d in batch.decode]
+        context_sum = sum([d.context for d in batch.decode])
+        summed = None
+        if cohort is not None:
+            context_sum += cohort.context_sum
+            if self.cost.linear_in_context:
+                summed = DecodeSum(cohort.count, cohort.context_sum + mid * cohort.count)
+            else:
+                decode += [DecodeWork(c + mid, 1) for c in cohort.contexts()]
+        shape = BatchShape(
+            prefill=tuple(PrefillWork(p.length, p.start, p.last) for p in batch.prefill),
+            decode=tuple(decode),
+            decode_sum=summed,
+        )
         f = self.cost.features(shape)
         step = k * _seconds(f, self.params)
         produced = [0] * k  # one list for every request: the scheduler only reads it
         tokens.update((d.request.rid, produced) for d in batch.decode)
         if self.log is not None:
             self.log.add_step(self.now, self.now + step, [(f, float(k))])
-        if not batch.prefill and batch.decode:
-            n = len(batch.decode)
+        if not batch.prefill and decoding:
+            n = batch.num_decode
             self.decode_steps += k
             self.decode_batch_sum += k * n
-            self.decode_ctx_sum += k * sum([d.context for d in batch.decode]) / n
-        return StepResult(step, tokens)
+            self.decode_ctx_sum += k * context_sum / n
+        return StepResult(step, tokens, cohort_tokens=k if cohort is not None else 0)
 
 
 #: Demands a stage does not divide: one engine step, its sampled tokens, the GEMMs' rows (their
@@ -283,6 +306,7 @@ def _closed_loop(
     record: bool = False,
     stride: int | None = None,
     stagger: bool = True,
+    cohort: bool = True,
 ) -> tuple[list[_Req], int, StepLog | None, _StrideExecutor | SimExecutor, list[str]]:
     """Run one worker; return its requests (in send order), the first-wave size and the log.
 
@@ -309,6 +333,8 @@ def _closed_loop(
         executor = SimExecutor(cost, accept_length)
     else:
         executor = _StrideExecutor(cost, params, log)
+        # every decoding request advances by the same k: the decode batch as one cohort
+        config = replace(config, uniform_decode=cohort)
     engine = Engine(Scheduler(config), executor)
     first_wave = lanes
     measured = lanes if lanes >= LARGE_WORKER else 2 * lanes
@@ -446,9 +472,11 @@ def replay_aggregated(
     accept_length: float = 1.0,
     record: bool = False,
     stride: int | None = None,
+    cohort: bool = True,
 ) -> ReplayResult:
     """Closed loop of ``concurrency`` lanes over the plan's workers (one worker replayed);
-    ``stride`` overrides the macro-step length (1: every decode step is run)."""
+    ``stride`` overrides the macro-step length (1: every decode step is run); ``cohort=False``
+    walks the decode batch request by request (the same result, slower: a test compares them)."""
     if not plan.fits:
         raise TokenmillError(f"cannot replay: {plan.reason}")
     check_concurrency(concurrency)
@@ -482,6 +510,7 @@ def replay_aggregated(
             record=record,
             stride=stride,
             stagger=stagger,
+            cohort=cohort,
         )
         notes += [n for n in more if n not in notes]
         t, p, e, m = _means(reqs, first)

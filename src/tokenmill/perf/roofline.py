@@ -63,6 +63,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
 from tokenmill.perf.batch import BatchShape, PrefillWork
 from tokenmill.perf.params import PerfParams
@@ -445,6 +446,12 @@ class CostModel:
             pre_b += self._lin_pre_bytes_per_token * pre_tokens + self._lin_state_rw * len(pre)
         return pre_f, pre_b
 
+    @property
+    def linear_in_context(self) -> bool:
+        """Whether a decode step's demands depend on its contexts only through their sum (no
+        sliding window clips them), so a ``DecodeSum`` describes a decode batch exactly."""
+        return not self._swa_layers
+
     def features(self, shape: BatchShape) -> Features:
         """Resource demands of one step (see the module docstring); zeros for an empty batch."""
         if shape.is_empty:
@@ -461,6 +468,14 @@ class CostModel:
             dec_tokens += d.tokens
             ctx_sum += d.context
             ctx_tok += d.context * d.tokens
+        agg = shape.decode_sum
+        if agg is not None:
+            if self._swa_layers:
+                raise TokenmillError("a sliding-window model's decode cost needs each context, not their sum")
+            n_dec += agg.count
+            dec_tokens += agg.count * agg.tokens
+            ctx_sum += agg.context_sum
+            ctx_tok += agg.context_sum * agg.tokens
         pre_lengths = [w.new_tokens for w in pre]
         pre_tokens = sum(pre_lengths)
         tokens = dec_tokens + pre_tokens
@@ -536,7 +551,7 @@ class CostModel:
             ep = lay.ep
             per_gpu = moe_tokens * self._top_k * self.model.hidden_size * (1.0 + 2.0) * (ep - 1) / ep / bw
             comm["a2a"] = (2.0 * self._moe_layers, self._moe_layers * per_gpu)
-        if dcp > 1 and dec and self.model.mla is not None:
+        if dcp > 1 and n_dec and self.model.mla is not None:
             g = self.model.mla
             q_bytes = dec_tokens * dec_share * g.num_heads / attn_tp * g.cache_width * 2.0
             out_bytes = dec_tokens * dec_share * g.num_heads / attn_tp * (g.kv_lora_rank * 2 + 4)
@@ -553,7 +568,7 @@ class CostModel:
         draft_flop_per_token, draft_mem, passes = self._draft
         draft_f = draft_m = 0.0
         draft_steps = 0
-        if passes and dec:
+        if passes and n_dec:
             drafted = dec_tokens * dec_share
             draft_f = draft_flop_per_token * drafted
             draft_m = draft_mem * passes

@@ -258,7 +258,7 @@ def simulate(plan: MemoryPlan, workload: Workload, options: SimOptions | None = 
 
     def on_step(index: int, outcome: StepOutcome) -> None:
         b = outcome.batch
-        step_log.append((outcome.start_s, outcome.end_s, b.kind, sum(p.length for p in b.prefill), len(b.decode)))
+        step_log.append((outcome.start_s, outcome.end_s, b.kind, sum(p.length for p in b.prefill), b.num_decode))
         for req in outcome.finished:
             on_finish(req)
 
