@@ -44,7 +44,6 @@ class Cohort:
         self.members: dict[int, Request] = {}
         self._context_base = 0  # Σ (total − synced clock)
         self._reserve_base = 0  # Σ (remaining + synced clock) over unclipped members
-        self._unclipped = 0
         self._clipped: set[int] = set()
         # attention events by clock (a bucket queue: clocks only grow); drained up to _drained
         self._attention: dict[int, list[tuple[int, Request]]] = {}
@@ -74,7 +73,6 @@ class Cohort:
             heapq.heappush(self._unclip, (clock + remaining - self.clip, *key))
         else:
             self._reserve_base += remaining + clock
-            self._unclipped += 1
         heapq.heappush(self._finish, (clock + remaining, *key))
         heapq.heappush(self._victims, (req.output_len - clock, -req.prompt_len, *key))
 
@@ -87,7 +85,6 @@ class Cohort:
             self._clipped.discard(id(req))
         else:
             self._reserve_base -= req.max_new_tokens - req.output_len + clock
-            self._unclipped -= 1
         req.cohort_epoch += 1
         req.cohort_clock = -1
         if not self.members:  # every queued entry is void
@@ -117,13 +114,15 @@ class Cohort:
 
     def reserve_tokens(self) -> int:
         """Σ min(remaining output, clip) over the members (SGLang's decode reservation)."""
-        return self._reserve_base - self._unclipped * self.clock + len(self._clipped) * self.clip
+        clipped = len(self._clipped)
+        return self._reserve_base - (len(self.members) - clipped) * self.clock + clipped * self.clip
 
     # --- events --------------------------------------------------------------------------------
     @staticmethod
-    def _live(entry: _Entry) -> bool:
-        req = entry[3]
-        return req.cohort_clock >= 0 and req.cohort_epoch == entry[2]
+    def _live(entry: tuple[Any, ...]) -> bool:
+        """An entry (…, epoch, request) queued during the request's current membership."""
+        req: Request = entry[-1]
+        return req.cohort_clock >= 0 and req.cohort_epoch == entry[-2]
 
     def _pop_due(self, heap: list[_Entry], clock: int) -> list[_Entry]:
         due = []
@@ -150,14 +149,14 @@ class Cohort:
         for clock in range(self._drained, self.clock + 1):
             bucket = buckets.pop(clock, None)
             if bucket is not None:
-                due += [req for epoch, req in bucket if req.cohort_epoch == epoch and req.cohort_clock >= 0]
+                due += [req for epoch, req in bucket if req.cohort_epoch == epoch and req.cohort_clock >= 0]  # _live
         self._drained = self.clock
         return due
 
     def pop_victim(self, exclude: Request) -> Request | None:
         """The member SGLang retracts first (fewest output tokens, then the longest prompt, then
         running order), other than ``exclude``; None when there is none."""
-        return pop_victim(self._victims, exclude, lambda e: e[4].cohort_clock >= 0 and e[4].cohort_epoch == e[3])
+        return pop_victim(self._victims, exclude, self._live)
 
     def next_finish(self) -> int:
         heap = self._finish
@@ -172,7 +171,6 @@ class Cohort:
             self._clipped.discard(id(req))
             remaining = req.max_new_tokens - (req.output_len + clock - req.cohort_clock)
             self._reserve_base += remaining + clock
-            self._unclipped += 1
 
     def advance(self, tokens: int, end_s: float) -> list[Request]:
         """Every member produced ``tokens`` tokens at ``end_s``; return those that finished, synced,

@@ -341,19 +341,12 @@ class Scheduler:
                     at += need
         checkpoints = co.checkpoints
         checkpoints.clear()
+        served = [(req, total) for req, total, _ in work if req.cohort_clock >= 0]  # not retracted
         if cfg.hybrid and self.cache is not None:
-            for req, total, _ in work:
-                if req.cohort_clock >= 0:  # not retracted
-                    if req.track_slots and total % pt == 0:
-                        checkpoints.append((req, total // pt, self._next_track_slot(req)))
-                    self._queue_attention(co, req, total, after=True)
-        else:  # the common case, once per page of every request: _queue_attention's pages inline
-            push = co.push_attention
-            for req, total, _ in work:
-                if req.cohort_clock >= 0:
-                    held = len(req.pages) * pt
-                    if req.prompt_len + req.max_new_tokens > held:
-                        push(req, clock + held - total - width + 1)
+            for req, total in served:
+                if req.track_slots and total % pt == 0:
+                    checkpoints.append((req, total // pt, self._next_track_slot(req)))
+        self._queue_attention(co, served, after=True)
         if not co.members and not gone:
             return
         tokens = min([width] + [t for _, t in gone])
@@ -394,28 +387,34 @@ class Scheduler:
                 self._retract(req)  # nothing else to take pages from
         return gone
 
-    def _queue_attention(self, co: Cohort, req: Request, total: int, after: bool) -> None:
-        """Queue the first clock from now on (after now, when it was just served) at which ``req``,
-        ``total`` tokens long now, needs the scheduler: its step's tokens reach past its pages,
-        or the step starts on a block boundary where a hybrid model checkpoints its state."""
+    def _queue_attention(self, co: Cohort, reqs: list[tuple[Request, int]], after: bool) -> None:
+        """Queue, for each (request, its length now), the first clock from now on (after now,
+        when it was just served) at which it needs the scheduler: its step's tokens reach past
+        its pages, or the step starts on a block boundary where a hybrid model checkpoints its
+        state. One call per step: this runs once per page of every replayed request."""
         cfg = self.config
         pt = cfg.page_tokens
+        width = cfg.verify_tokens
         clock = co.clock
-        held = len(req.pages) * pt
-        # a step at clock c needs pages for min(total + (c − clock) + width, final length) tokens
-        nxt = clock + held - total - cfg.verify_tokens + 1 if req.prompt_len + req.max_new_tokens > held else _NEVER
-        if cfg.hybrid and self.cache is not None and req.track_slots:
-            boundary = -total % pt
-            nxt = min(nxt, clock + (boundary or (pt if after else 0)))
-        if nxt < _NEVER:
-            co.push_attention(req, max(nxt, clock + 1 if after else clock))
+        earliest = clock + 1 if after else clock
+        track = cfg.hybrid and self.cache is not None
+        push = co.push_attention
+        for req, total in reqs:
+            held = len(req.pages) * pt
+            # a step at clock c needs pages for min(total + (c − clock) + width, final length) tokens
+            nxt = clock + held - total - width + 1 if req.prompt_len + req.max_new_tokens > held else _NEVER
+            if track and req.track_slots:
+                boundary = -total % pt
+                nxt = min(nxt, clock + (boundary or (pt if after else 0)))
+            if nxt < _NEVER:
+                push(req, nxt if nxt > earliest else earliest)
 
     def _join_cohort(self, req: Request) -> None:
         co = self._cohort
         assert co is not None
         del self._outside[id(req)]
         co.join(req)
-        self._queue_attention(co, req, req.prompt_len + req.output_len, after=False)
+        self._queue_attention(co, [(req, req.prompt_len + req.output_len)], after=False)
 
     def _leave_cohort(self, req: Request) -> None:
         """A running request stops (finish, retraction, abort): out of the cohort's books."""
