@@ -180,3 +180,45 @@ def test_cohort_step_refuses_a_token_count_outside_its_width() -> None:
     assert batch.cohort is not None and batch.cohort.count == 1 and batch.decode == []
     with pytest.raises(TokenmillError, match="allowed 1 to 2"):
         sched.update(batch, StepResult(0.1, cohort_tokens=3), 0.2)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    num_pages=st.integers(6, 24),
+    page_tokens=st.sampled_from([2, 4, 8]),
+    verify=st.sampled_from([1, 2, 5]),
+    shapes=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(1, 4), st.integers(-1, 1), st.integers(2, 30)), min_size=2
+    ),
+)
+def test_tight_pools_with_requests_that_need_a_page_at_their_first_step(
+    num_pages: int, page_tokens: int, verify: int, shapes: list[tuple[int, int, int, int]]
+) -> None:
+    # prompts one token short of, on, or just past a page boundary: a request joining the cohort
+    # then owes pages at its first step, and in a pool this small that step is often a shortage
+    cfg = SchedulerConfig(
+        num_pages=num_pages, page_tokens=page_tokens, prefix_cache=False, verify_tokens=verify, max_running_requests=8
+    )
+    room = num_pages * page_tokens
+    reqs = [(a, max(1, k * page_tokens + d), n, 0) for a, k, d, n in shapes]
+    reqs = [r for r in reqs if r[1] + r[2] <= room]
+    if reqs:
+        assert_same(Case(cfg, reqs))
+
+
+@pytest.mark.parametrize("cohort", [False, True])
+def test_without_token_records_only_the_ids_and_times_are_missing(cohort: bool) -> None:
+    # the closed-loop replay reads lengths and first/finish times: record_tokens=False skips the
+    # placeholder ids and per-token times, and nothing else may change
+    from dataclasses import replace
+
+    cfg = SchedulerConfig(num_pages=60, page_tokens=4, prefix_cache=False, verify_tokens=3)
+    reqs = [(i % 3, 20 + 7 * i, 30 + i, 0) for i in range(10)]
+    _, with_reqs, with_log, with_trace = run(Case(cfg, reqs), cohort)
+    sched, lean_reqs, lean_log, lean_trace = run(Case(replace(cfg, record_tokens=False), reqs), cohort)
+    assert sched.stats.retractions > 0 and lean_log == with_log and lean_trace == with_trace
+    assert all(r.output_len > 0 and not r.output_ids and not r.token_times for r in lean_reqs)
+    drop = (3, 6)  # len(output_ids), token_times
+    assert [[v for i, v in enumerate(outcome(r)) if i not in drop] for r in lean_reqs] == [
+        [v for i, v in enumerate(outcome(r)) if i not in drop] for r in with_reqs
+    ]

@@ -56,7 +56,7 @@ class DecodeCohort:
     verify width, capped by the fewest any of them may still produce). The executor advances every
     one of them by the same number of tokens, 1 to ``tokens``, with placeholder ids, and reports it
     as ``StepResult.cohort_tokens``. A step then costs the scheduler its events (a request that
-    needs a page, saves a checkpoint or finishes), not its batch: the closed-loop replay's time
+    saves a checkpoint, finishes, or starts or ends its page beat), not its batch: the closed-loop replay's time
     at thousands of lanes. ``contexts()`` lists the contexts one by one, O(count), for a cost
     that is not linear in the context (sliding windows)."""
 

@@ -6,7 +6,7 @@ per step, so one clock says how far all of them have come: a member synced at cl
 only when the scheduler must look at it, which a heap of per-request events says in advance:
 
 - *attention*: the next step at which it needs a page, or starts on a block boundary where a
-  hybrid model saves its state (the scheduler computes the clock, ``Scheduler._next_attention``;
+  hybrid model saves its state (the scheduler computes the clock, ``Scheduler._queue_attention``;
   a bucket queue by clock rather than a heap: a request of a thousand tokens has one per page);
 - *finish*: the clock at which it has produced ``max_new_tokens``;
 - *unclip*: the clock from which SGLang's reservation counts its remaining output in full
@@ -14,6 +14,18 @@ only when the scheduler must look at it, which a heap of per-request events says
 
 A fourth heap orders the members for retraction (least progress first): the key output_len −
 clock does not change while a request is in the cohort.
+
+**Pages as a count.** A member that saves no state checkpoints (every member of a model without
+linear attention) needs its pages on a fixed beat: a step at clock c needs ⌈min(b + c + w, final)
+/ page⌉ pages, b its length minus its join clock and w the verify width, so it takes a page at
+each clock c ≡ −(b + w − 1) (mod page) from the one where its held pages run out up to the one
+that covers its final length. Such a member is *counted*: a histogram of members by that residue
+says how many pages a step's clocks (d, c] need, O(min(c − d, page)) per step, and a member is
+looked at twice (when its beat starts and ends) instead of once per page. The pages are allocated
+in bulk into ``pool``; a member takes its share, its beats up to the last paid step, into its
+page table when it leaves, or when a shortage has the scheduler serve it request by request
+(``uncount``: from then on it has attention events). Members that save checkpoints keep the
+*attention* events above.
 
 What the steps need in between is kept as sums that a sync leaves unchanged: the context sum
 (Σ total − c₀, plus count × clock) and the reserved output (Σ remaining + c₀ over the unclipped
@@ -26,19 +38,54 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from tokenmill.core.request import Request
 
 _Entry = tuple[int, int, int, Request]  # (clock, running order, epoch, request)
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class _Beat:
+    """A counted member's page beat: it takes a page at the clocks first, first + page, … up to
+    last; ``joined`` counts the paid steps before it joined, ``owed`` the pages its first step
+    needs, ``on`` whether the histogram counts it. A beat lives as long as the member is counted:
+    a queued start or end whose beat is no longer the member's is void."""
+
+    req: Request
+    first: int
+    last: int
+    page: int
+    joined: int
+    owed: int = 0
+    on: bool = False
+
+    @property
+    def residue(self) -> int:
+        return self.first % self.page
+
+    def count(self, lo: int, hi: int) -> int:
+        """Its beats at the clocks lo … hi."""
+        first, page = self.first, self.page
+        hi = min(hi, self.last)
+        if lo <= first:
+            return (hi - first) // page + 1 if hi >= first else 0
+        if hi < lo:
+            return 0
+        return (hi - first) // page - (lo - first - 1) // page
 
 
 class Cohort:
     """The decoding requests of one scheduler as sums and event queues (see the module doc);
     ``clip`` is SGLang's cap on the output one request reserves."""
 
-    def __init__(self, clip: int) -> None:
+    def __init__(self, clip: int, page_tokens: int = 1, width: int = 1, record_tokens: bool = True) -> None:
         self.clip = clip
+        self.page_tokens = page_tokens
+        self.width = width
+        self.record_tokens = record_tokens
         self.clock = 0
         self.times: list[float] = []  # times[i]: when the token of tick i → i + 1 was produced
         self.members: dict[int, Request] = {}
@@ -54,6 +101,17 @@ class Cohort:
         self._victims: list[tuple[int, int, int, int, Request]] = []
         #: block-boundary checkpoints of the scheduled step: (request, block, track slot)
         self.checkpoints: list[tuple[Request, int, int]] = []
+        # counted members (see "Pages as a count"): their beats, the histogram of the members
+        # on it by residue, the pages owed before a member's first step, the bulk-allocated pages
+        self._beats: dict[int, _Beat] = {}
+        self._histogram = [0] * page_tokens
+        self._on_histogram = 0
+        self._starts: dict[int, list[_Beat]] = {}  # beat starts by clock
+        self._ends: dict[int, list[_Beat]] = {}  # beat ends (last page) by clock
+        self._unpaid: list[_Beat] = []  # joined since the last paid step, owing pages
+        self.pool: list[int] = []
+        self._paid_steps = 0  # steps whose pages were allocated (``pay``)
+        self._paid_clock = 0  # the clock of the last of them
 
     @property
     def count(self) -> int:
@@ -78,6 +136,7 @@ class Cohort:
 
     def leave(self, req: Request) -> None:
         self.sync(req)
+        self._settle(req)
         clock = self.clock
         del self.members[id(req)]
         self._context_base -= req.prompt_len + req.output_len - clock
@@ -91,6 +150,9 @@ class Cohort:
             self._attention.clear()
             self._finish.clear()
             self._unclip.clear()
+            self._starts.clear()
+            self._ends.clear()
+            self._unpaid.clear()
             self._victims.clear()
 
     def sync(self, req: Request) -> None:
@@ -98,8 +160,9 @@ class Cohort:
         delta = self.clock - req.cohort_clock
         if delta > 0:
             req.output_len += delta
-            req.output_ids.extend([0] * delta)
-            req.token_times.extend(self.times[req.cohort_clock : self.clock])
+            if self.record_tokens:
+                req.output_ids.extend([0] * delta)
+                req.token_times.extend(self.times[req.cohort_clock : self.clock])
             req.computed = req.prompt_len + req.output_len - 1  # every token but the newest is fed
             req.cohort_clock = self.clock
 
@@ -141,17 +204,105 @@ class Cohort:
         else:
             bucket.append((req.cohort_epoch, req))
 
-    def pop_due_attention(self) -> list[Request]:
-        """Members that need the scheduler at this step (popped: the caller queues their next
-        event), in no particular order."""
-        buckets = self._attention
-        due = []
-        for clock in range(self._drained, self.clock + 1):
-            bucket = buckets.pop(clock, None)
-            if bucket is not None:
-                due += [req for epoch, req in bucket if req.cohort_epoch == epoch and req.cohort_clock >= 0]  # _live
-        self._drained = self.clock
-        return due
+    def drain(self) -> tuple[list[Request], int, int]:
+        """The step at the clock: the members whose attention event is due (popped: the caller
+        queues their next one), in no particular order; the pages the counted members need, their
+        beats on the clocks since the last step plus what new members owe; and that last step's
+        clock."""
+        lo, hi = self._drained, self.clock
+        self._drained = hi
+        due = [req for epoch, req in _pop_clocks(self._attention, lo, hi) if req.cohort_epoch == epoch]
+        due = [req for req in due if req.cohort_clock >= 0]  # live: queued in its current membership
+        beats = self._beats
+        pages = sum([b.owed for b in self._unpaid if beats.get(id(b.req)) is b])
+        ends = [b for b in _pop_clocks(self._ends, lo, hi) if beats.get(id(b.req)) is b]
+        starts = [b for b in _pop_clocks(self._starts, lo, hi) if beats.get(id(b.req)) is b]
+        for beat in ends:  # off the histogram first: its last beats are counted one by one
+            beat.on = False
+            self._histogram[beat.residue] -= 1
+            self._on_histogram -= 1
+            pages += beat.count(lo + 1, hi)
+        pages += self._histogram_count(lo, hi)
+        for beat in starts:
+            pages += beat.count(lo + 1, hi)
+            if beat.last > hi:
+                beat.on = True
+                self._histogram[beat.residue] += 1
+                self._on_histogram += 1
+                self._ends.setdefault(beat.last, []).append(beat)
+        return due, pages, lo
+
+    def _histogram_count(self, lo: int, hi: int) -> int:
+        """Beats of the members on the histogram at the clocks lo + 1 … hi."""
+        n = hi - lo
+        if n <= 0 or not self._on_histogram:
+            return 0
+        pt = self.page_tokens
+        full, rest = divmod(n, pt)
+        pages = full * self._on_histogram
+        if rest:
+            hist = self._histogram
+            first = (lo + 1) % pt
+            end = first + rest
+            pages += sum(hist[first:end]) + (sum(hist[: end - pt]) if end > pt else 0)
+        return pages
+
+    def count_pages(self, req: Request) -> None:
+        """Count ``req``'s pages from now on (it saves no checkpoints; just joined, holding
+        ``req.pages``): what it needs at its first step is owed at once, its later beats from
+        the histogram."""
+        pt = self.page_tokens
+        clock = self.clock
+        a = req.prompt_len + req.output_len - clock + self.width - 1
+        first = len(req.pages) * pt - a
+        beat = _Beat(req, first, req.prompt_len + req.max_new_tokens - a - 1, pt, self._paid_steps)
+        self._beats[id(req)] = beat
+        beat.owed = beat.count(first, clock)
+        if beat.owed:
+            self._unpaid.append(beat)
+        start = max(first, clock + 1)
+        if start <= beat.last:
+            self._starts.setdefault(start, []).append(beat)
+
+    def pay(self, pages: list[int]) -> None:
+        """The step's counted pages were allocated: into the pool, members' beats paid to the clock."""
+        self.pool += pages
+        self._paid_steps += 1
+        self._paid_clock = self.clock
+        self._unpaid.clear()
+
+    def paged(self, since: int) -> list[Request]:
+        """The counted members that need pages at this step (``since``: the window's start that
+        ``drain`` returned): beats on the clocks since, or owed from before their first step."""
+        hi = self.clock
+        paid = self._paid_steps
+        members = self.members
+        return [
+            members[key]
+            for key, beat in self._beats.items()
+            if (beat.owed and beat.joined == paid) or beat.count(since + 1, hi)
+        ]
+
+    def uncount(self, req: Request) -> None:
+        """Stop counting a member's pages (a shortage serves it request by request): its paid
+        pages from the pool into its page table; the caller queues its attention events."""
+        self._settle(req)
+
+    def _settle(self, req: Request) -> None:
+        """A counted member leaves: off the histogram, and its paid pages from the pool into its
+        page table."""
+        beat = self._beats.pop(id(req), None)
+        if beat is None:
+            return
+        if beat.on:
+            self._histogram[beat.residue] -= 1
+            self._on_histogram -= 1
+        if self._paid_steps == beat.joined:  # nothing paid yet (what it owes is dropped with it)
+            return
+        n = beat.count(beat.first, self._paid_clock)
+        if n:
+            req.pages += self.pool[-n:]
+            del self.pool[-n:]
 
     def pop_victim(self, exclude: Request) -> Request | None:
         """The member SGLang retracts first (fewest output tokens, then the longest prompt, then
@@ -175,7 +326,10 @@ class Cohort:
     def advance(self, tokens: int, end_s: float) -> list[Request]:
         """Every member produced ``tokens`` tokens at ``end_s``; return those that finished, synced,
         in running order (the order the eager path finishes them in)."""
-        self.times.extend([end_s] * tokens)
+        if self.record_tokens:
+            self.times.extend([end_s] * tokens)
+        else:
+            self.times.append(end_s)
         self.clock += tokens
         for req, block, slot in self.checkpoints:
             req.checkpoint_pos, req.checkpoint_slot = block, slot
@@ -185,6 +339,17 @@ class Cohort:
         for e in done:
             self.sync(e[3])
         return [e[3] for e in done]
+
+
+def _pop_clocks(queue: dict[int, list[_T]], lo: int, hi: int) -> list[_T]:
+    """Pop the entries a bucket queue holds at the clocks lo … hi."""
+    out: list[_T] = []
+    if queue:
+        for clock in range(lo, hi + 1):
+            bucket = queue.pop(clock, None)
+            if bucket is not None:
+                out += bucket
+    return out
 
 
 def pop_victim(heap: list[Any], exclude: Request, alive: Callable[[Any], bool]) -> Request | None:

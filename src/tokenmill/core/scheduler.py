@@ -22,12 +22,13 @@ pressure on either pool.
 **Decode cohort** (``uniform_decode``, the closed-loop replay's mode). When the executor advances
 every decoding request by the same number of tokens with placeholder ids, the decoding requests
 are held as one aggregate: a clock counts the tokens each has produced, a request's lengths are
-brought up to date only when it needs the scheduler (a page, a state checkpoint, its finish,
-SGLang's reservation clip), and a step hands the executor the cohort's size and context sum
-instead of one item per request. The decisions are the eager path's, step for step: the same
-admissions, the same finishes in the same order, the same pool counts (page ids may differ). A
-decode step that would need more pages than are free falls back to the eager path for that step
-(eviction and retraction walk the running requests in order).
+brought up to date only when it needs the scheduler (a state checkpoint, its finish, SGLang's
+reservation clip, a page when it saves checkpoints; the pages of the others are counted on their
+beat, ``core.cohort``), and a step hands the executor the cohort's size and context sum instead
+of one item per request. The decisions are the eager path's, step for step: the same admissions,
+the same finishes in the same order, the same pool counts (page ids may differ). A decode step
+that would need more pages than are free serves the requests that need them one by one, in
+running order, as the eager path does (eviction, then retraction in SGLang's order).
 
 The scheduler imports no executor, no cost model, no torch and no HTTP.
 """
@@ -67,6 +68,7 @@ class SchedulerConfig:
     mixed_chunk: bool = False
     new_token_ratio: float = 0.4
     uniform_decode: bool = False  # decoding requests as one DecodeCohort (see the module docstring)
+    record_tokens: bool = True  # False: no output ids or token times (a replay reads lengths and first/finish times)
 
     def __post_init__(self) -> None:
         for name in ("num_pages", "page_tokens", "max_running_requests", "chunk_tokens", "verify_tokens"):
@@ -114,7 +116,11 @@ class Scheduler:
         self._slots_per_request = (1 + config.track_slots_per_request) if config.hybrid else 0
         self._restore_slot: int | None = None
         self._running_seq = 0
-        self._cohort = Cohort(CLIP_MAX_NEW_TOKENS) if config.uniform_decode else None
+        self._cohort = (
+            Cohort(CLIP_MAX_NEW_TOKENS, config.page_tokens, config.verify_tokens, config.record_tokens)
+            if config.uniform_decode
+            else None
+        )
         self._outside: dict[int, Request] = {}  # with a cohort: the running requests not in it
 
     # --- queue ---------------------------------------------------------------------------------
@@ -311,34 +317,33 @@ class Scheduler:
 
     def _schedule_cohort(self, batch: ScheduledBatch, co: Cohort) -> None:
         """The cohort's part of a step: the eager pass (``_schedule_decode_each``) restricted to
-        the members that need pages or a checkpoint now; every other member needs nothing. When
-        the free pages cover them all, one allocation serves the step; a shortage takes them in
+        what needs the scheduler now: the counted members' pages as one number, the members with
+        a due event one by one; every other member needs nothing. When the free pages cover them
+        all, one allocation serves the step; a shortage takes the members that need pages in
         running order (``_serve_short``), as the eager pass does."""
         clock = co.clock
         cfg = self.config
         width = cfg.verify_tokens
         pt = cfg.page_tokens
-        work: list[tuple[Request, int, int]] = []  # (member, its length now, pages it needs)
-        short = 0
-        for req in co.pop_due_attention():
-            output = req.output_len + clock - req.cohort_clock  # its length now, without a sync
-            total = req.prompt_len + output
-            remaining = req.max_new_tokens - output
-            need = -(-(total + (width if width < remaining else remaining)) // pt) - len(req.pages)
-            work.append((req, total, need))
-            if need > 0:
-                short += need
+        due, counted, since = co.drain()
+        work = [self._page_need(req, clock) for req in due]  # (member, its length now, pages it needs)
+        short = counted + sum([need for _, _, need in work if need > 0])
         gone: list[tuple[int, int]] = []
         if short > self.pages.num_free:
+            for req in co.paged(since):  # served one by one from here on
+                co.uncount(req)
+                work.append(self._page_need(req, clock))
             work.sort(key=lambda w: w[0].running_seq)  # the eager pass's order decides who gets pages
             gone = self._serve_short(co, work)
-        elif short:
-            got = self.pages.alloc(short) or []
+            co.pay([])
+        else:
+            got = (self.pages.alloc(short) or []) if short else []
             at = 0
             for req, _, need in work:
                 if need > 0:
                     req.pages.extend(got[at : at + need])
                     at += need
+            co.pay(got[at:])
         checkpoints = co.checkpoints
         checkpoints.clear()
         served = [(req, total) for req, total, _ in work if req.cohort_clock >= 0]  # not retracted
@@ -358,6 +363,15 @@ class Scheduler:
             return co.contexts() + extra
 
         batch.cohort = DecodeCohort(co.count + len(gone), co.context_sum() + sum(extra), tokens, contexts)
+
+    def _page_need(self, req: Request, clock: int) -> tuple[Request, int, int]:
+        """A member's length at the cohort's clock (without a sync) and the pages its step needs."""
+        width = self.config.verify_tokens
+        output = req.output_len + clock - req.cohort_clock
+        total = req.prompt_len + output
+        remaining = req.max_new_tokens - output
+        need = -(-(total + (width if width < remaining else remaining)) // self.config.page_tokens) - len(req.pages)
+        return req, total, need
 
     def _serve_short(self, co: Cohort, work: list[tuple[Request, int, int]]) -> list[tuple[int, int]]:
         """More pages needed than are free: serve the members in running order, evicting the
@@ -414,7 +428,10 @@ class Scheduler:
         assert co is not None
         del self._outside[id(req)]
         co.join(req)
-        self._queue_attention(co, [(req, req.prompt_len + req.output_len)], after=False)
+        if self.config.hybrid and self.cache is not None and req.track_slots:
+            self._queue_attention(co, [(req, req.prompt_len + req.output_len)], after=False)
+        else:  # it saves no checkpoints: its pages come on a beat
+            co.count_pages(req)
 
     def _leave_cohort(self, req: Request) -> None:
         """A running request stops (finish, retraction, abort): out of the cohort's books."""
@@ -599,8 +616,7 @@ class Scheduler:
             self._finish(req, end_s, "stop" if req.rid in result.stopped else "length")
         return finished
 
-    @staticmethod
-    def _emit(req: Request, tokens: list[int], t: float) -> None:
+    def _emit(self, req: Request, tokens: list[int], t: float) -> None:
         """Append ``tokens`` (at most what the request may still produce) at time ``t``."""
         remaining = req.max_new_tokens - req.output_len
         if len(tokens) > remaining:
@@ -610,9 +626,10 @@ class Scheduler:
             return
         if req.first_token_s is None:
             req.first_token_s = t
-        req.output_ids.extend(tokens)
         req.output_len += n
-        req.token_times.extend([t] * n)
+        if self.config.record_tokens:
+            req.output_ids.extend(tokens)
+            req.token_times.extend([t] * n)
 
     def _finish(self, req: Request, t: float, reason: str) -> None:
         self._leave_cohort(req)

@@ -40,12 +40,13 @@ step for step (a test pins it).
 
 **The decode batch as a cohort.** Every decoding request of a step advances by the same k, so
 the scheduler runs with ``uniform_decode``: it holds the decoding requests as one aggregate
-(``core.cohort``) and a step costs it the requests that need a page, a checkpoint or their finish,
-not the whole batch; the executor costs the cohort from its size and context sum (``DecodeSum``;
-one by one for sliding-window models, whose cost is not linear in the context). With thousands
-of lanes there is a finish, and so an event, at nearly every step, and walking every request of
-every step made the replay's time grow like C × min(C, OSL). The decisions and the step times are
-the request-by-request path's, bit for bit (``cohort=False`` runs that path; tests compare them).
+(``core.cohort``) and a step costs it the requests that need a checkpoint or their finish and
+the pages counted from a histogram, not the whole batch; the executor costs the cohort from its
+size and context sum (``DecodeSum``; one by one for sliding-window models, whose cost is not
+linear in the context). With thousands of lanes there is a finish, and so an event, at nearly
+every step, and walking every request of every step made the replay's time grow like
+C × min(C, OSL). The decisions and the step times are the request-by-request path's, bit for bit
+(``cohort=False`` runs that path; tests compare them).
 
 **Disaggregated serving.** Prefill workers are replayed the same way (requests of one output
 token, and a lane's next request waits out its decode time: (OSL − 1) × TPOT + KV transfer); the
@@ -315,7 +316,7 @@ def _closed_loop(
     the first answer, so later waves arrive spread as in a long-running benchmark."""
     notes: list[str] = []
     opts = SimOptions(chunk_tokens=policy.chunk_tokens, mixed_chunk=policy.mixed_chunk, perf=params)
-    config = scheduler_config_for(plan, opts)
+    config = replace(scheduler_config_for(plan, opts), record_tokens=False)  # lengths and first/finish times only
     spec = plan.layout.speculative.enabled
     if stride is None:
         stride = 1 if spec else max(1, new_tokens // DECODE_EVENTS)
