@@ -222,3 +222,21 @@ def test_without_token_records_only_the_ids_and_times_are_missing(cohort: bool) 
     assert [[v for i, v in enumerate(outcome(r)) if i not in drop] for r in lean_reqs] == [
         [v for i, v in enumerate(outcome(r)) if i not in drop] for r in with_reqs
     ]
+
+
+@given(
+    first=st.integers(-40, 40),
+    span=st.integers(-5, 80),
+    page=st.integers(1, 9),
+    lo=st.integers(-60, 120),
+    width=st.integers(0, 60),
+)
+def test_a_beat_counts_its_clocks_like_an_enumeration(first: int, span: int, page: int, lo: int, width: int) -> None:
+    # a counted request takes a page at first, first + page, … up to last: count(lo, hi) must be
+    # the number of those clocks in lo … hi, whatever the window (empty, before, across, after)
+    from tokenmill.core.cohort import _Beat
+
+    beat = _Beat(Request("r", 1, 1), first, first + span, page, 0)
+    hi = lo + width - 1
+    clocks = range(first, first + span + 1, page)
+    assert beat.count(lo, hi) == sum(1 for c in clocks if lo <= c <= hi)
