@@ -102,6 +102,29 @@ def test_decode_retracts_the_least_advanced_request_when_pages_run_out() -> None
     assert sched.pages.num_used == 0
 
 
+def _admitted_at_once(cfg: SchedulerConfig, n: int) -> int:
+    sched = Scheduler(cfg)
+    for i in range(n):
+        sched.add(Request(f"r{i}", prompt_len=64, max_new_tokens=6000))
+    sched.schedule(0.0)
+    return sched.num_running
+
+
+def test_a_full_reservation_admits_only_what_can_finish_without_eviction() -> None:
+    # 1,000 pages of 16 tokens (16,000 tokens); requests of 64 prompt + 6,000 output tokens.
+    # TensorRT-LLM's GUARANTEED_NO_EVICT reserves every output token: a request costs 4 prompt
+    # pages + 375 output pages, so 2 fit (758 pages) and a third (1,137) does not.
+    full = SchedulerConfig(
+        num_pages=1000, page_tokens=16, prefix_cache=False, new_token_ratio=1.0, reserve_clip=1 << 30
+    )
+    assert _admitted_at_once(full, 8) == 2
+    # SGLang counts 0.4 × min(output, 4,096) = 1,638 tokens, 102 pages: 106 pages each, so all 8
+    # (848 pages) are admitted at once; with the 4,096 clip and a full ratio, 260 each: 3 (780).
+    assert _admitted_at_once(SchedulerConfig(num_pages=1000, page_tokens=16, prefix_cache=False), 8) == 8
+    clipped = SchedulerConfig(num_pages=1000, page_tokens=16, prefix_cache=False, new_token_ratio=1.0)
+    assert _admitted_at_once(clipped, 8) == 3
+
+
 def test_speculative_verify_width_and_accepted_tokens() -> None:
     sched = Scheduler(SchedulerConfig(num_pages=100, page_tokens=64, verify_tokens=8, prefix_cache=False))
     engine = Engine(sched, FixedStep(), record_batches=True)

@@ -144,3 +144,31 @@ def test_decode_cohort_is_exact_under_retraction_and_for_hybrid_and_windowed_mod
     kimi_linear = plan_memory(load_model("kimi-linear-48b-a3b"), load_gpu("h200"), 1, Layout(tp=1))
     _same_replay(kimi_linear, "sglang", 3000, 200, 24)
     _same_replay(plan_memory(load_model("gpt-oss-120b"), H100, 1, Layout(tp=1)), "vllm", 1000, 200, 24)
+
+
+def _peak_running(reqs: list) -> int:
+    events = sorted(
+        [(r.req.admitted_s, 1) for r in reqs if r.req.admitted_s is not None]
+        + [(r.req.finish_s, -1) for r in reqs if r.req.finish_s is not None]
+    )
+    peak = running = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def test_trtllm_admits_only_requests_whose_whole_output_fits() -> None:
+    # TensorRT-LLM's GUARANTEED_NO_EVICT reserves a request's whole output at admission: with
+    # 1,000 + 12,000 tokens per request, Llama-3.1-8B's 414,400-token pool on one H100 runs 31
+    # (414,400 // 13,000) at once; vLLM, reserving 0.4 × min(output, 4,096) like SGLang, starts
+    # all 64 and retracts later
+    isl, osl, lanes = 1000, 12_000, 64
+    assert PLAN.max_total_tokens == 414_400
+    cost = CostModel(LLAMA8, H100, PLAN.layout, PARAMS)
+    peaks = {}
+    for backend in ("trtllm", "vllm"):
+        policy = engine_policy(backend, H100, PLAN.layout)
+        reqs, _, _, _, _ = _closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stagger=False)
+        peaks[backend] = _peak_running(reqs)
+    assert peaks == {"trtllm": 31, "vllm": 64}

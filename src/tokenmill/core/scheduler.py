@@ -67,6 +67,7 @@ class SchedulerConfig:
     verify_tokens: int = 1  # speculative decoding: draft tokens + 1 per verify pass
     mixed_chunk: bool = False
     new_token_ratio: float = 0.4
+    reserve_clip: int = CLIP_MAX_NEW_TOKENS  # the most output tokens one request's reservation counts
     uniform_decode: bool = False  # decoding requests as one DecodeCohort (see the module docstring)
     record_tokens: bool = True  # False: no output ids or token times (a replay reads lengths and first/finish times)
 
@@ -117,7 +118,7 @@ class Scheduler:
         self._restore_slot: int | None = None
         self._running_seq = 0
         self._cohort = (
-            Cohort(CLIP_MAX_NEW_TOKENS, config.page_tokens, config.verify_tokens, config.record_tokens)
+            Cohort(config.reserve_clip, config.page_tokens, config.verify_tokens, config.record_tokens)
             if config.uniform_decode
             else None
         )
@@ -171,7 +172,7 @@ class Scheduler:
 
     def _decode_reserve_pages(self) -> int:
         ratio = self.config.new_token_ratio
-        clip = CLIP_MAX_NEW_TOKENS
+        clip = self.config.reserve_clip
         co = self._cohort
         if co is not None:
             outside = self._outside.values()
@@ -194,7 +195,7 @@ class Scheduler:
                 match = self.cache.match(content[:usable])
                 resume_blocks = match.resume_blocks
         need_pages = self.pages.pages_for(target) - resume_blocks
-        own_reserve = int(min(req.remaining_new, CLIP_MAX_NEW_TOKENS) * cfg.new_token_ratio) // pt
+        own_reserve = int(min(req.remaining_new, cfg.reserve_clip) * cfg.new_token_ratio) // pt
         if need_pages + own_reserve + reserve_pages > self._available_pages():
             return False
         if cfg.hybrid and self._slots_per_request > self._available_slots():
@@ -293,7 +294,7 @@ class Scheduler:
                 item = self._prefill_item(req, budget, self._restore_slot)
                 batch.prefill.append(item)
                 budget -= item.length
-                reserve += int(min(req.remaining_new, CLIP_MAX_NEW_TOKENS) * self.config.new_token_ratio) // (
+                reserve += int(min(req.remaining_new, self.config.reserve_clip) * self.config.new_token_ratio) // (
                     self.config.page_tokens
                 )
                 if not item.last:

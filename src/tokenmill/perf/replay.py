@@ -25,7 +25,12 @@ fitted constant of the engine (PerfParams).
 **Engine policies** (facts of the engines' defaults, not fitted): SGLang runs prefill steps apart
 from decode steps (chunked-prefill-size 8,192 on GPUs under 160 GB, 16,384 above); vLLM and
 TRT-LLM mix prefill chunks into decode steps, in a budget of 8,192 tokens per step shared with the
-decode tokens the step carries. Under attention DP each rank has its own budget.
+decode tokens the step carries. Under attention DP each rank has its own budget. Admission:
+SGLang keeps pages for 0.4 × min(remaining output, 4,096) tokens of every running request (its
+``new_token_ratio`` budget; vLLM is replayed the same way); TRT-LLM's default capacity scheduler,
+GUARANTEED_NO_EVICT, admits a request only when the pool also holds the whole remaining output of
+it and of every running request, so where the pool binds it runs fewer requests at once, queues
+the rest, and does not retract.
 
 **The short replay (the documented approximation).** Every request here has the same length, so
 between two events (an arrival, a finish, a prefill chunk) the decode batch does not change. A
@@ -76,6 +81,7 @@ import numpy as np
 
 from tokenmill.core import Engine, Request, Scheduler
 from tokenmill.core.batch import ScheduledBatch, StepResult
+from tokenmill.core.scheduler import CLIP_MAX_NEW_TOKENS
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
 from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
@@ -108,6 +114,8 @@ class EnginePolicy:
     backend: str
     mixed_chunk: bool
     chunk_tokens: int
+    new_token_ratio: float = 0.4
+    reserve_clip: int = CLIP_MAX_NEW_TOKENS
 
 
 def engine_policy(backend: str, gpu: GPU, layout: Layout) -> EnginePolicy:
@@ -116,7 +124,9 @@ def engine_policy(backend: str, gpu: GPU, layout: Layout) -> EnginePolicy:
     if b == "sglang":
         chunk = 16384 if gpu.memory_sold_bytes >= 160 * 10**9 else 8192
         return EnginePolicy(b, False, chunk * layout.dp_attention)
-    if b in ("vllm", "trtllm"):
+    if b == "trtllm":
+        return EnginePolicy(b, True, 8192 * layout.dp_attention, 1.0, 1 << 30)
+    if b == "vllm":
         return EnginePolicy(b, True, 8192 * layout.dp_attention)
     raise TokenmillError(f"--backend must be sglang, vllm or trtllm (got {backend!r})")
 
@@ -316,7 +326,12 @@ def _closed_loop(
     the first answer, so later waves arrive spread as in a long-running benchmark."""
     notes: list[str] = []
     opts = SimOptions(chunk_tokens=policy.chunk_tokens, mixed_chunk=policy.mixed_chunk, perf=params)
-    config = replace(scheduler_config_for(plan, opts), record_tokens=False)  # lengths and first/finish times only
+    config = replace(
+        scheduler_config_for(plan, opts),
+        new_token_ratio=policy.new_token_ratio,
+        reserve_clip=policy.reserve_clip,
+        record_tokens=False,  # lengths and first/finish times only
+    )
     spec = plan.layout.speculative.enabled
     if stride is None:
         stride = 1 if spec else max(1, new_tokens // DECODE_EVENTS)
