@@ -1,7 +1,7 @@
 """Do the two replays bracket the measured TTFT? The reach of ``burst_share``.
 
 Run: ``.venv/bin/python benchmarks/calibrate_regime_bracket.py [--measurements FILE.csv]
-[--models-dir DIR] [--params FILE.json] [--jobs 2] [--json]`` (about 7 minutes with two jobs).
+[--models-dir DIR] [--params FILE.json] [--jobs 2] [--json]`` (about 3 minutes with two jobs on two cores).
 
 A closed-loop point is predicted as a mixture of two replays (docs/perf.md section 2): lanes in
 lock step (a burst from an idle server, every wave a burst again) and lanes drifted apart, mixed
