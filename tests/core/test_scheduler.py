@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenmill.core import Engine, Request, ScheduledBatch, Scheduler, SchedulerConfig, Status, StepResult
+from tokenmill.errors import TokenmillError
 
 
 class FixedStep:
@@ -197,3 +199,9 @@ def test_victim_heap_picks_what_the_linear_scan_picked(
         if got is None:
             break
         got.status = Status.WAITING  # retracted: out of both choices from now on
+
+
+@pytest.mark.parametrize("field", ["reserve_clip", "verify_tokens"])
+def test_a_size_that_is_not_positive_is_refused_by_name(field: str) -> None:
+    with pytest.raises(TokenmillError, match=f"scheduler {field} must be positive"):
+        SchedulerConfig(num_pages=10, page_tokens=16, **{field: 0})

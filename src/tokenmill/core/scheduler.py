@@ -72,7 +72,8 @@ class SchedulerConfig:
     record_tokens: bool = True  # False: no output ids or token times (a replay reads lengths and first/finish times)
 
     def __post_init__(self) -> None:
-        for name in ("num_pages", "page_tokens", "max_running_requests", "chunk_tokens", "verify_tokens"):
+        positive = ("num_pages", "page_tokens", "max_running_requests", "chunk_tokens", "verify_tokens", "reserve_clip")
+        for name in positive:
             if getattr(self, name) <= 0:
                 raise TokenmillError(f"scheduler {name} must be positive (got {getattr(self, name)})")
         if self.num_state_slots < 0 or self.track_slots_per_request < 0:
@@ -336,7 +337,7 @@ class Scheduler:
                 work.append(self._page_need(req, clock))
             work.sort(key=lambda w: w[0].running_seq)  # the eager pass's order decides who gets pages
             gone = self._serve_short(co, work)
-            co.pay([])
+            co.pay([])  # what the counted members needed was served above, one by one
         else:
             got = (self.pages.alloc(short) or []) if short else []
             at = 0

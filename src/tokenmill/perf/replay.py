@@ -118,6 +118,9 @@ class EnginePolicy:
     reserve_clip: int = CLIP_MAX_NEW_TOKENS
 
 
+WHOLE_OUTPUT = 1 << 30  # a reservation clip no request reaches: TRT-LLM reserves every output token
+
+
 def engine_policy(backend: str, gpu: GPU, layout: Layout) -> EnginePolicy:
     """The scheduling defaults of ``backend`` on ``gpu`` (see the module docstring)."""
     b = backend.lower()
@@ -125,7 +128,7 @@ def engine_policy(backend: str, gpu: GPU, layout: Layout) -> EnginePolicy:
         chunk = 16384 if gpu.memory_sold_bytes >= 160 * 10**9 else 8192
         return EnginePolicy(b, False, chunk * layout.dp_attention)
     if b == "trtllm":
-        return EnginePolicy(b, True, 8192 * layout.dp_attention, 1.0, 1 << 30)
+        return EnginePolicy(b, True, 8192 * layout.dp_attention, new_token_ratio=1.0, reserve_clip=WHOLE_OUTPUT)
     if b == "vllm":
         return EnginePolicy(b, True, 8192 * layout.dp_attention)
     raise TokenmillError(f"--backend must be sglang, vllm or trtllm (got {backend!r})")
