@@ -49,6 +49,7 @@ from tokenmill.core.slots import StateSlotAllocator
 from tokenmill.errors import TokenmillError
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang clips each request's reserved output at this many tokens
+NEW_TOKEN_RATIO = 0.4  # the share of that output SGLang's admission keeps pages for
 _ONE_ZERO = [0]  # a placeholder token for a step result that names none (never mutated)
 _NEVER = 1 << 62  # a cohort clock no replay reaches
 
@@ -66,7 +67,7 @@ class SchedulerConfig:
     prefix_cache: bool = True
     verify_tokens: int = 1  # speculative decoding: draft tokens + 1 per verify pass
     mixed_chunk: bool = False
-    new_token_ratio: float = 0.4
+    new_token_ratio: float = NEW_TOKEN_RATIO
     reserve_clip: int = CLIP_MAX_NEW_TOKENS  # the most output tokens one request's reservation counts
     uniform_decode: bool = False  # decoding requests as one DecodeCohort (see the module docstring)
     record_tokens: bool = True  # False: no output ids or token times (a replay reads lengths and first/finish times)
@@ -182,6 +183,11 @@ class Scheduler:
             tokens = sum([min(r.max_new_tokens - r.output_len, clip) for r in self.running])
         return int(tokens * ratio) // self.config.page_tokens + len(self.running)
 
+    def _own_reserve_pages(self, req: Request) -> int:
+        """Pages admission keeps for the output a request has still to produce."""
+        cfg = self.config
+        return int(min(req.remaining_new, cfg.reserve_clip) * cfg.new_token_ratio) // cfg.page_tokens
+
     # --- admission -----------------------------------------------------------------------------
     def _try_admit(self, req: Request, reserve_pages: int) -> bool:
         cfg = self.config
@@ -196,7 +202,7 @@ class Scheduler:
                 match = self.cache.match(content[:usable])
                 resume_blocks = match.resume_blocks
         need_pages = self.pages.pages_for(target) - resume_blocks
-        own_reserve = int(min(req.remaining_new, cfg.reserve_clip) * cfg.new_token_ratio) // pt
+        own_reserve = self._own_reserve_pages(req)
         if need_pages + own_reserve + reserve_pages > self._available_pages():
             return False
         if cfg.hybrid and self._slots_per_request > self._available_slots():
@@ -295,9 +301,7 @@ class Scheduler:
                 item = self._prefill_item(req, budget, self._restore_slot)
                 batch.prefill.append(item)
                 budget -= item.length
-                reserve += int(min(req.remaining_new, self.config.reserve_clip) * self.config.new_token_ratio) // (
-                    self.config.page_tokens
-                )
+                reserve += self._own_reserve_pages(req)
                 if not item.last:
                     self.chunked = req
                     break

@@ -81,7 +81,7 @@ import numpy as np
 
 from tokenmill.core import Engine, Request, Scheduler
 from tokenmill.core.batch import ScheduledBatch, StepResult
-from tokenmill.core.scheduler import CLIP_MAX_NEW_TOKENS
+from tokenmill.core.scheduler import CLIP_MAX_NEW_TOKENS, NEW_TOKEN_RATIO
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
 from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
@@ -114,7 +114,7 @@ class EnginePolicy:
     backend: str
     mixed_chunk: bool
     chunk_tokens: int
-    new_token_ratio: float = 0.4
+    new_token_ratio: float = NEW_TOKEN_RATIO
     reserve_clip: int = CLIP_MAX_NEW_TOKENS
 
 
