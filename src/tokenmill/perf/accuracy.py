@@ -29,8 +29,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tokenmill.errors import TokenmillError
 
 ACCURACY_FILE = "accuracy.json"
@@ -88,6 +86,8 @@ def group_key(gpu: str, backend: str) -> str:
 
 
 def _band(scope: str, rows: list[Scored]) -> ErrorBand:
+    import numpy as np  # here, not at the top: `predict` reads bands and should not pay numpy's import
+
     pt = np.array([r.pred_ttft_ms for r in rows])
     mt = np.array([r.meas_ttft_ms for r in rows])
     pp = np.array([r.pred_tpot_ms for r in rows])

@@ -38,7 +38,8 @@ from tokenmill.perf.calibrated import ParamTable, version_key
 from tokenmill.perf.measurements import RowSpec, Skip, interpret, model_for_row
 from tokenmill.perf.optimize import golden_section
 from tokenmill.perf.params import BOUNDS, ENGINE_FIELDS, GLOBAL_FIELDS, GPU_FIELDS, PerfParams
-from tokenmill.perf.replay import Recorded, replay_aggregated, replay_disaggregated
+from tokenmill.perf.recorded import Recorded
+from tokenmill.perf.replay import replay_aggregated, replay_disaggregated
 from tokenmill.perf.roofline import Features, combine, total_seconds
 from tokenmill.plan.layout import Layout
 from tokenmill.plan.memory_plan import MemoryPlan, plan_memory

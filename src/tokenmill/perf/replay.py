@@ -75,9 +75,8 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import numpy as np
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.core import Engine, Request, Scheduler
 from tokenmill.core.batch import ScheduledBatch, StepResult
@@ -93,6 +92,9 @@ from tokenmill.plan.memory_plan import MemoryPlan
 from tokenmill.sim.executor import SimExecutor
 from tokenmill.sim.gc_pause import cyclic_gc_paused
 from tokenmill.sim.runner import SimOptions, scheduler_config_for
+
+if TYPE_CHECKING:
+    from tokenmill.perf.recorded import Recorded
 
 DECODE_EVENTS = 48  # macro steps per request's decode (stride = OSL / this)
 WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
@@ -152,33 +154,6 @@ class StepLog:
             self.features.append(f)
             self.mult.append(m)
             self.step.append(i)
-
-
-@dataclass
-class Recorded:
-    """Demands (rows × features) and weights: mean TTFT = Σ m·ttft_w·t(row), mean TPOT likewise,
-    where m is ``burst_share`` for rows of the synchronised replay (``sync`` = 1), 1 − burst_share
-    for rows of the desynchronised one (``sync`` = 0) and 1 for per-request latencies (``sync`` = 2)."""
-
-    features: np.ndarray
-    ttft_w: np.ndarray
-    tpot_w: np.ndarray
-    sync: np.ndarray
-
-    @staticmethod
-    def empty() -> Recorded:
-        return Recorded(np.zeros((0, len(ZERO_FEATURES))), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int8))
-
-    def concat(self, other: Recorded) -> Recorded:
-        return Recorded(
-            np.vstack([self.features, other.features]),
-            np.concatenate([self.ttft_w, other.ttft_w]),
-            np.concatenate([self.tpot_w, other.tpot_w]),
-            np.concatenate([self.sync, other.sync]),
-        )
-
-    def mix(self, burst_share: float) -> np.ndarray:
-        return np.where(self.sync == 1, burst_share, np.where(self.sync == 0, 1.0 - burst_share, 1.0))
 
 
 @dataclass
@@ -413,13 +388,15 @@ def _groups(reqs: list[_Req], first_wave: int) -> list[tuple[list[_Req], float]]
     return [(first, 1.0 / WAVES), (rest, (WAVES - 1.0) / WAVES)]
 
 
-def _weights(reqs: list[_Req], first_wave: int, log: StepLog, ttft: bool, tpot: bool) -> tuple[np.ndarray, np.ndarray]:
+def _weights(
+    reqs: list[_Req], first_wave: int, log: StepLog, ttft: bool, tpot: bool
+) -> tuple[list[float], list[float]]:
     """Per-step weights of the benchmark's mean TTFT and mean TPOT (see ``_groups``)."""
     n = len(log.ends)
     ends = log.ends
-    a = np.zeros(n + 1)
-    b = np.zeros(n + 1)
-    frac = np.zeros(n)
+    a = [0.0] * (n + 1)
+    b = [0.0] * (n + 1)
+    frac = [0.0] * n
     for group, gw in _groups(reqs, first_wave):
         m = len(group)
         wt = gw / m
@@ -441,23 +418,8 @@ def _weights(reqs: list[_Req], first_wave: int, log: StepLog, ttft: bool, tpot: 
                 w = gw / ((q.output_len - 1) * len(tp_reqs))
                 b[s_first + 1] += w
                 b[s_fin + 1] -= w
-    return np.cumsum(a)[:n] + frac, np.cumsum(b)[:n]
-
-
-def _recorded(log: StepLog, step_ttft: np.ndarray, step_tpot: np.ndarray, sync: int) -> Recorded:
-    idx = np.asarray(log.step, dtype=np.int64)
-    mult = np.asarray(log.mult)
-    tw = step_ttft[idx] * mult
-    pw = step_tpot[idx] * mult
-    keep = (tw != 0) | (pw != 0)
-    feats = np.asarray(log.features, dtype=float).reshape(len(log.features), -1)[keep]
-    return Recorded(feats, tw[keep], pw[keep], np.full(int(keep.sum()), sync, dtype=np.int8))
-
-
-def _latency_recorded(rows: list[Features], ttft: list[float], tpot: list[float]) -> Recorded:
-    return Recorded(
-        np.asarray(rows, dtype=float), np.asarray(ttft), np.asarray(tpot), np.full(len(rows), 2, dtype=np.int8)
-    )
+    step_ttft = [x + f for x, f in zip(accumulate(a), frac, strict=False)]
+    return step_ttft, list(accumulate(b))[:n]
 
 
 def _latency_row(requests: float = 1.0, xfer_count: float = 0.0, xfer_bw_s: float = 0.0) -> Features:
@@ -512,7 +474,11 @@ def replay_aggregated(
     ]
     ttft = tpot = e2e = 0.0
     measured = 0
-    recorded = _latency_recorded([_latency_row()], [1.0], [0.0]) if record else None
+    recorded = None
+    if record:
+        from tokenmill.perf.recorded import latency_rows, step_rows
+
+        recorded = latency_rows([_latency_row()], [1.0], [0.0])
     batch, ctx = float(lanes), isl + osl / 2
     for sync, stagger in regimes:
         w = share if sync else 1.0 - share
@@ -536,7 +502,7 @@ def replay_aggregated(
         ttft, tpot, e2e, measured = ttft + w * t, tpot + w * p, e2e + w * e, measured + m
         if log is not None and recorded is not None:
             wt, wp = _weights(reqs, first, log, True, True)
-            recorded = recorded.concat(_recorded(log, wt, wp, sync))
+            recorded = recorded.concat(step_rows(log.features, log.mult, log.step, wt, wp, sync))
         if not sync and isinstance(ex, _StrideExecutor) and ex.decode_steps:
             batch, ctx = ex.decode_batch_sum / ex.decode_steps, ex.decode_ctx_sum / ex.decode_steps
     lat = float(combine(_latency_row(), params)["request_latency"])
@@ -629,13 +595,15 @@ def replay_disaggregated(
         f_dec, tpot = decode_step(batch)
     recorded = None
     if record:
-        recorded = _latency_recorded([f_dec, xfer_row, _latency_row()], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0])
+        from tokenmill.perf.recorded import latency_rows, step_rows
+
+        recorded = latency_rows([f_dec, xfer_row, _latency_row()], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0])
         if drain:
-            recorded = recorded.concat(_latency_recorded([drain_row], [1.0], [0.0]))
+            recorded = recorded.concat(latency_rows([drain_row], [1.0], [0.0]))
         for sync, reqs, first, log in runs:
             if log is not None:
                 wt, _ = _weights(reqs, first, log, True, False)
-                recorded = recorded.concat(_recorded(log, wt, np.zeros_like(wt), sync))
+                recorded = recorded.concat(step_rows(log.features, log.mult, log.step, wt, None, sync))
     e2e = ttft + (osl - 1) * tpot
     measured = sum(len(r) - f for _, r, f, _ in runs)
     return ReplayResult(

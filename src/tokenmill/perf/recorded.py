@@ -1,0 +1,69 @@
+"""What a recording replay hands calibration: each (sub-)step's demands and its weight in the
+benchmark's mean TTFT and mean TPOT, as arrays the fit multiplies by candidate constants.
+
+Apart from :mod:`tokenmill.perf.replay` so that numpy is imported only when a replay records
+(``calibrate fit``), not by ``tokenmill predict``, which answers a single point and pays every
+import in its response time (issue 4: under 1 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenmill.perf.roofline import ZERO_FEATURES, Features
+
+
+@dataclass
+class Recorded:
+    """Demands (rows × features) and weights: mean TTFT = Σ m·ttft_w·t(row), mean TPOT likewise,
+    where m is ``burst_share`` for rows of the synchronised replay (``sync`` = 1), 1 − burst_share
+    for rows of the desynchronised one (``sync`` = 0) and 1 for per-request latencies (``sync`` = 2)."""
+
+    features: np.ndarray
+    ttft_w: np.ndarray
+    tpot_w: np.ndarray
+    sync: np.ndarray
+
+    @staticmethod
+    def empty() -> Recorded:
+        return Recorded(np.zeros((0, len(ZERO_FEATURES))), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int8))
+
+    def concat(self, other: Recorded) -> Recorded:
+        return Recorded(
+            np.vstack([self.features, other.features]),
+            np.concatenate([self.ttft_w, other.ttft_w]),
+            np.concatenate([self.tpot_w, other.tpot_w]),
+            np.concatenate([self.sync, other.sync]),
+        )
+
+    def mix(self, burst_share: float) -> np.ndarray:
+        return np.where(self.sync == 1, burst_share, np.where(self.sync == 0, 1.0 - burst_share, 1.0))
+
+
+def step_rows(
+    features: Sequence[Features],
+    mult: Sequence[float],
+    step: Sequence[int],
+    step_ttft: Sequence[float],
+    step_tpot: Sequence[float] | None,
+    sync: int,
+) -> Recorded:
+    """The sub-steps of one replay, each weighted by its step's weights times its multiplicity;
+    sub-steps that weigh nothing in either mean are dropped. ``step_tpot`` None: no TPOT weight."""
+    idx = np.asarray(step, dtype=np.int64)
+    m = np.asarray(mult)
+    tw = np.asarray(step_ttft)[idx] * m
+    pw = np.asarray(step_tpot)[idx] * m if step_tpot is not None else np.zeros(len(idx))
+    keep = (tw != 0) | (pw != 0)
+    feats = np.asarray(features, dtype=float).reshape(len(features), -1)[keep]
+    return Recorded(feats, tw[keep], pw[keep], np.full(int(keep.sum()), sync, dtype=np.int8))
+
+
+def latency_rows(rows: Sequence[Features], ttft: Sequence[float], tpot: Sequence[float]) -> Recorded:
+    """Per-request latencies (front end, transfers): weight 1 whatever the burst share."""
+    return Recorded(
+        np.asarray(rows, dtype=float), np.asarray(ttft), np.asarray(tpot), np.full(len(rows), 2, dtype=np.int8)
+    )
