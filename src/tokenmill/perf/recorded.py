@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenmill.perf.roofline import ZERO_FEATURES, Features
+from tokenmill.perf.roofline import Features
 
 
 @dataclass
@@ -26,10 +26,6 @@ class Recorded:
     ttft_w: np.ndarray
     tpot_w: np.ndarray
     sync: np.ndarray
-
-    @staticmethod
-    def empty() -> Recorded:
-        return Recorded(np.zeros((0, len(ZERO_FEATURES))), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int8))
 
     def concat(self, other: Recorded) -> Recorded:
         return Recorded(
