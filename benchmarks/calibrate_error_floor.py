@@ -91,9 +91,12 @@ def _split(t_short: float, t_long: float) -> tuple[float, float]:
     return t_long - h / b, h
 
 
-def split_points(scored: list[tuple[Row, float, float]], predicted: dict[str, float]) -> list[tuple[SplitPoint, float]]:
+def split_points(
+    scored: list[tuple[Row, float, float]], predicted: dict[str, float]
+) -> list[tuple[SplitPoint, float, Row]]:
     """Every configuration measured at both SPLIT_OSL (all else equal) with both ``H`` positive:
-    its measured and predicted split, and the form's error on its 256-token row (nan: none)."""
+    its measured and predicted split, the form's error on its 256-token row (nan: none), and its
+    row at the shorter length."""
     same: dict[tuple[str, ...], dict[int, Row]] = defaultdict(dict)
     for r, _, _ in scored:
         if r["mode"] != "agg":
@@ -113,14 +116,47 @@ def split_points(scored: list[tuple[Row, float, float]], predicted: dict[str, fl
         if 256 in by_osl:
             check = (dm + hm / 255) / float(by_osl[256]["silicon_tpot_ms"]) - 1
         release = f"{short['backend']} {short['backend_version'] or '(none)'}"
-        out.append((SplitPoint(release, dm, dp, hm, hp), check))
+        out.append((SplitPoint(release, dm, dp, hm, hp), check, short))
     return out
 
 
-def tpot_split(points: list[tuple[SplitPoint, float]]) -> dict[str, dict[str, float]]:
+def split_by_configuration(points: list[tuple[SplitPoint, float, Row]]) -> list[dict[str, object]]:
+    """The split grouped by engine release, model, quantisation, TP and prompt length (the
+    concurrencies of a sweep together): medians of d and H predicted ÷ measured, and of H per
+    other lane (ms a decoding request spends behind each other lane's prompt, as if it met every
+    one), measured and predicted. Shows whether the cost of a prompt scales as compute would."""
+    by: dict[tuple[str, ...], list[tuple[SplitPoint, int]]] = defaultdict(list)
+    for pt, _, r in points:
+        key = (pt.release, r["model_path"], r["gemm_quant_mode"] or "checkpoint", r["tp_size"], r["isl"])
+        by[key].append((pt, int(r["batch_size"])))
+    out = []
+    for (release, model, quant, tp, isl), vals in sorted(by.items(), key=lambda kv: (kv[0][:4], int(kv[0][4]))):
+        lanes = [(p, c) for p, c in vals if c > 1]
+        out.append(
+            {
+                "release": release,
+                "model": model,
+                "quant": quant,
+                "tp": int(tp),
+                "isl": int(isl),
+                "concurrencies": sorted(c for _, c in vals),
+                "decode_step_pred_over_meas": statistics.median(p.pred_step_ms / p.meas_step_ms for p, _ in vals),
+                "interference_pred_over_meas": statistics.median(p.pred_behind_ms / p.meas_behind_ms for p, _ in vals),
+                "meas_ms_per_other_lane": statistics.median(p.meas_behind_ms / (c - 1) for p, c in lanes)
+                if lanes
+                else None,
+                "pred_ms_per_other_lane": statistics.median(p.pred_behind_ms / (c - 1) for p, c in lanes)
+                if lanes
+                else None,
+            }
+        )
+    return out
+
+
+def tpot_split(points: list[tuple[SplitPoint, float, Row]]) -> dict[str, dict[str, float]]:
     """By engine release: configurations split, and the medians of predicted ÷ measured d and H."""
     by: dict[str, list[tuple[SplitPoint, float]]] = defaultdict(list)
-    for pt, check in points:
+    for pt, check, _ in points:
         by[pt.release].append((pt, check))
     out = {}
     for release, vals in sorted(by.items()):
@@ -145,6 +181,11 @@ def main() -> None:
         default=[],
         metavar="FILE.png|.svg",
         help="draw the TPOT split, predicted against measured (repeatable)",
+    )
+    ap.add_argument(
+        "--by-configuration",
+        action="store_true",
+        help="also print the TPOT split by release, model, quantisation, TP and prompt length",
     )
     args = ap.parse_args()
     with open(args.measurements, newline="") as fh:
@@ -191,15 +232,18 @@ def main() -> None:
     out["tpot_split"] = tpot_split(points)
     out["tpot_split_all"] = {
         "points": len(points),
-        "decode_step_median_ape": statistics.median(abs(p.pred_step_ms / p.meas_step_ms - 1) for p, _ in points)
+        "decode_step_median_ape": statistics.median(abs(p.pred_step_ms / p.meas_step_ms - 1) for p, _, _ in points)
         if points
         else None,
-        "interference_median_ape": statistics.median(abs(p.pred_behind_ms / p.meas_behind_ms - 1) for p, _ in points)
+        "interference_median_ape": statistics.median(abs(p.pred_behind_ms / p.meas_behind_ms - 1) for p, _, _ in points)
         if points
         else None,
     }
     for path in args.split_figure:
-        tpot_split_figure([p for p, _ in points], Path(path))
+        tpot_split_figure([p for p, _, _ in points], Path(path))
+    configurations = split_by_configuration(points)
+    if args.by_configuration:
+        out["tpot_split_by_configuration"] = configurations
     if args.json:
         print(json.dumps(out, indent=2))
         return
@@ -237,6 +281,23 @@ def main() -> None:
             f"all {every['points']} points: decode step off by {100 * every['decode_step_median_ape']:.1f} %, "
             f"interference by {100 * every['interference_median_ape']:.1f} % (median absolute errors)"
         )
+    if args.by_configuration:
+        print("\nBy configuration (H per other lane: H ÷ (C − 1), median over the sweep's concurrencies):")
+        print(
+            "| engine release | model | quant | TP | ISL | C | d pred ÷ meas | H pred ÷ meas "
+            "| H per other lane, measured | predicted |"
+        )
+        print("|---|---|---|---:|---:|---|---:|---:|---:|---:|")
+        for c in configurations:
+            meas, pred = c["meas_ms_per_other_lane"], c["pred_ms_per_other_lane"]
+            per_lane = (
+                f"{meas:.1f} ms | {pred:.1f} ms" if isinstance(meas, float) and isinstance(pred, float) else "— | —"
+            )
+            conc = ",".join(str(x) for x in c["concurrencies"])  # type: ignore[attr-defined]
+            print(
+                f"| {c['release']} | {c['model']} | {c['quant']} | {c['tp']} | {c['isl']} | {conc} | "
+                f"{c['decode_step_pred_over_meas']:.2f} | {c['interference_pred_over_meas']:.2f} | {per_lane} |"
+            )
 
 
 if __name__ == "__main__":
