@@ -48,6 +48,43 @@ def test_agg_row_reads_concurrency_and_layout() -> None:
     assert any("batch_size" in n for n in dp.notes)
 
 
+def test_a_benchmark_over_several_aggregated_workers_replays_one_worker() -> None:
+    """The file's Qwen3-32B-NVFP4 rows: silicon_concurrency=416 with batch_size 13 on TP 2 workers
+    is 32 workers of 13 lanes each, not 416 lanes on one worker."""
+    spec = interpret(row(silicon_data_source="x; silicon_concurrency=416", batch_size="13", tp_size="2"), MODELS)
+    assert isinstance(spec, RowSpec) and spec.concurrency == 13
+    assert any("32 workers × 13 lanes" in n for n in spec.notes)
+    # with attention DP the worker's lanes are batch_size × DP: 64 = 4 workers × (8 × 2)
+    dp = interpret(
+        row(
+            model_path="MiniMaxAI/MiniMax-M2.5",
+            tp_size="2",
+            attention_dp_size="2",
+            moe_ep_size="4",
+            silicon_data_source="x; silicon_concurrency=64",
+        ),
+        MODELS,
+    )
+    assert isinstance(dp, RowSpec) and dp.concurrency == 16
+    assert any("4 workers × 16 lanes" in n for n in dp.notes)
+    # not a multiple (batch_size × DP above the benchmark's concurrency): the benchmark's stands
+    wide = interpret(
+        row(
+            model_path="MiniMaxAI/MiniMax-M2.5",
+            tp_size="1",
+            attention_dp_size="8",
+            moe_ep_size="8",
+            batch_size="32",
+            silicon_data_source="x; silicon_concurrency=32",
+        ),
+        MODELS,
+    )
+    assert isinstance(wide, RowSpec) and wide.concurrency == 32
+    assert not any("workers" in n for n in wide.notes)
+    same = interpret(row(silicon_data_source="x; silicon_concurrency=8", batch_size="8"), MODELS)
+    assert isinstance(same, RowSpec) and same.concurrency == 8 and not any("workers" in n for n in same.notes)
+
+
 def test_product_encoded_sizes_are_repaired_and_flagged() -> None:
     spec = interpret(
         row(
@@ -142,7 +179,9 @@ def test_unreadable_sizes_are_skipped_not_read_as_one() -> None:
 def test_concurrency_zero_or_beyond_the_replay_is_skipped_with_a_reason() -> None:
     zero = interpret(row(silicon_data_source="x; silicon_concurrency=0"), MODELS)
     assert isinstance(zero, Skip) and "silicon_concurrency=0" in zero.reason
-    huge = predict_row(row(silicon_data_source="x; silicon_concurrency=1000000000"), str(MODELS), load_table())
+    huge = predict_row(
+        row(silicon_data_source="x; silicon_concurrency=1000000000", batch_size="7"), str(MODELS), load_table()
+    )
     assert huge.ttft_ms is None
     assert huge.skipped_reason == f"concurrency must be between 1 and {MAX_CONCURRENCY:,} (got 1,000,000,000)"
 

@@ -16,7 +16,12 @@ assumptions, each reported on the rows it touches:
   EP n" written as a product (the rows' ids name n); such rows are read as n GPUs and flagged
   ``repaired``. Other agg workers wider than an 8-GPU node are skipped as broken.
 - **Concurrency** is the ``silicon_concurrency`` in ``silicon_data_source`` (the only thing read
-  from it); without it, batch_size × attention DP.
+  from it); without it, batch_size × attention DP. An aggregated row whose ``silicon_concurrency``
+  is a multiple k ≥ 2 of batch_size × attention DP ran k workers behind one benchmark (29 rows:
+  Qwen3-32B-NVFP4 at 15k prompts with 416 = 32 × 13 lanes on TP 2 workers): each worker holds
+  batch_size × attention DP lanes of the closed loop, and one is replayed with that many. Where
+  the two disagree otherwise (batch_size × DP above the benchmark's concurrency) the
+  benchmark's concurrency stands.
 - **Formats.** The row's ``gemm_quant_mode``/``moe_quant_mode`` set the weight formats: fp8 and
   fp8_block → FP8 (128×128 blocks for fp8_block), nvfp4 → NVFP4; empty → the checkpoint's own.
   A checkpoint already stored at the width the row names (DeepSeek's FP8, gpt-oss's MXFP4) is
@@ -351,6 +356,14 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
                 return Skip(rid, "no concurrency: neither silicon_concurrency nor batch_size", row)
             conc = role.batch * role.layout.dp_attention
             notes.append(f"concurrency {conc} = batch_size × attention DP (no silicon_concurrency)")
+        elif role.batch is not None:
+            per_worker = role.batch * role.layout.dp_attention
+            if conc != per_worker and conc % per_worker == 0:
+                notes.append(
+                    f"silicon_concurrency={conc} is {conc // per_worker} workers × {per_worker} lanes "
+                    "(batch_size × attention DP): one worker replayed"
+                )
+                conc = per_worker
         return RowSpec(mode="agg", concurrency=conc, agg=role, notes=tuple(notes), **common)
     if mode == "disagg":
         pre, note_p, reason_p = _role(row, "prefill_", kv, gpu, mode)
