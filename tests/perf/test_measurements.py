@@ -48,26 +48,21 @@ def test_agg_row_reads_concurrency_and_layout() -> None:
     assert any("batch_size" in n for n in dp.notes)
 
 
-def test_a_benchmark_over_several_aggregated_workers_replays_one_worker() -> None:
-    """The file's Qwen3-32B-NVFP4 rows: silicon_concurrency=416 with batch_size 13 on TP 2 workers
-    is 32 workers of 13 lanes each, not 416 lanes on one worker."""
-    spec = interpret(row(silicon_data_source="x; silicon_concurrency=416", batch_size="13", tp_size="2"), MODELS)
-    assert isinstance(spec, RowSpec) and spec.concurrency == 13
-    assert any("32 workers × 13 lanes" in n for n in spec.notes)
-    # with attention DP the worker's lanes are batch_size × DP: 64 = 4 workers × (8 × 2)
-    dp = interpret(
-        row(
-            model_path="MiniMaxAI/MiniMax-M2.5",
-            tp_size="2",
-            attention_dp_size="2",
-            moe_ep_size="4",
-            silicon_data_source="x; silicon_concurrency=64",
-        ),
-        MODELS,
+def test_batch_size_per_gpu_or_several_workers_behind_one_benchmark() -> None:
+    """batch_size is per worker where it agrees with silicon_concurrency; some TRT-LLM rows give it
+    per GPU (concurrency = batch_size × the worker's GPUs: one worker, the benchmark's lanes); any
+    other excess means workers the file does not count (the Qwen3-32B-NVFP4 rows: 416 = 13 × 32
+    on TP 2) and the row is skipped with that reason."""
+    per_gpu = interpret(row(silicon_data_source="x; silicon_concurrency=80", batch_size="10", tp_size="8"), MODELS)
+    assert isinstance(per_gpu, RowSpec) and per_gpu.concurrency == 80
+    assert any("batch_size is per GPU" in n for n in per_gpu.notes)
+    many = interpret(row(silicon_data_source="x; silicon_concurrency=416", batch_size="13", tp_size="2"), MODELS)
+    assert isinstance(many, Skip)
+    assert many.reason == (
+        "silicon_concurrency=416 is neither batch_size × attention DP (13) nor batch_size × the worker's "
+        "2 GPUs (26): how many workers shared the benchmark is not recorded"
     )
-    assert isinstance(dp, RowSpec) and dp.concurrency == 16
-    assert any("4 workers × 16 lanes" in n for n in dp.notes)
-    # not a multiple (batch_size × DP above the benchmark's concurrency): the benchmark's stands
+    # batch_size × DP above the benchmark's concurrency: the benchmark's stands
     wide = interpret(
         row(
             model_path="MiniMaxAI/MiniMax-M2.5",
@@ -80,9 +75,8 @@ def test_a_benchmark_over_several_aggregated_workers_replays_one_worker() -> Non
         MODELS,
     )
     assert isinstance(wide, RowSpec) and wide.concurrency == 32
-    assert not any("workers" in n for n in wide.notes)
     same = interpret(row(silicon_data_source="x; silicon_concurrency=8", batch_size="8"), MODELS)
-    assert isinstance(same, RowSpec) and same.concurrency == 8 and not any("workers" in n for n in same.notes)
+    assert isinstance(same, RowSpec) and same.concurrency == 8 and not any("per GPU" in n for n in same.notes)
 
 
 def test_product_encoded_sizes_are_repaired_and_flagged() -> None:
@@ -180,7 +174,7 @@ def test_concurrency_zero_or_beyond_the_replay_is_skipped_with_a_reason() -> Non
     zero = interpret(row(silicon_data_source="x; silicon_concurrency=0"), MODELS)
     assert isinstance(zero, Skip) and "silicon_concurrency=0" in zero.reason
     huge = predict_row(
-        row(silicon_data_source="x; silicon_concurrency=1000000000", batch_size="7"), str(MODELS), load_table()
+        row(silicon_data_source="x; silicon_concurrency=1000000000", batch_size=""), str(MODELS), load_table()
     )
     assert huge.ttft_ms is None
     assert huge.skipped_reason == f"concurrency must be between 1 and {MAX_CONCURRENCY:,} (got 1,000,000,000)"

@@ -16,12 +16,13 @@ assumptions, each reported on the rows it touches:
   EP n" written as a product (the rows' ids name n); such rows are read as n GPUs and flagged
   ``repaired``. Other agg workers wider than an 8-GPU node are skipped as broken.
 - **Concurrency** is the ``silicon_concurrency`` in ``silicon_data_source`` (the only thing read
-  from it); without it, batch_size × attention DP. An aggregated row whose ``silicon_concurrency``
-  is a multiple k ≥ 2 of batch_size × attention DP ran k workers behind one benchmark (29 rows:
-  Qwen3-32B-NVFP4 at 15k prompts with 416 = 32 × 13 lanes on TP 2 workers): each worker holds
-  batch_size × attention DP lanes of the closed loop, and one is replayed with that many. Where
-  the two disagree otherwise (batch_size × DP above the benchmark's concurrency) the
-  benchmark's concurrency stands.
+  from it); without it, batch_size × attention DP. batch_size is per worker (× attention DP: per
+  rank) in the 2,953 aggregated rows where the two agree, and per GPU in 21 TRT-LLM 1.3.0rc rows
+  (silicon_concurrency = batch_size × the worker's GPUs): those are one worker with the
+  benchmark's lanes, and say so. A row whose silicon_concurrency exceeds batch_size × DP by any
+  other factor (8 rows: Qwen3-32B-NVFP4 at 15k prompts, 416 = 13 × 32 on TP 2 workers) ran
+  several workers behind one benchmark, how many the file does not say, and is skipped with that
+  reason; where batch_size × DP exceeds it (one row, DP 64) the benchmark's concurrency stands.
 - **Formats.** The row's ``gemm_quant_mode``/``moe_quant_mode`` set the weight formats: fp8 and
   fp8_block → FP8 (128×128 blocks for fp8_block), nvfp4 → NVFP4; empty → the checkpoint's own.
   A checkpoint already stored at the width the row names (DeepSeek's FP8, gpt-oss's MXFP4) is
@@ -299,6 +300,28 @@ def _role(row: dict[str, str], prefix: str, kv: KVDtype, gpu: GPU, mode: str) ->
     return Role(layout, workers, batch), note, ""
 
 
+def _several_workers(row: dict[str, str], batch: int, conc: int, notes: list[str]) -> str:
+    """Why an aggregated row's benchmark concurrency cannot be one worker's lanes ('' if it can).
+
+    batch_size is per worker (× attention DP, per rank) where it agrees with the concurrency, per
+    GPU in some TRT-LLM rows (concurrency = batch_size × the worker's GPUs: one worker, noted);
+    any other excess means workers the file does not count. The row's own sizes are used: a
+    repaired layout (tp = 64 read as 8 GPUs) keeps batch_size × the row's DP."""
+    sizes, _ = _sizes(row, "")
+    dp, tp, pp = (sizes[k] or 1 for k in ("attention_dp_size", "tp_size", "pp_size"))
+    per_worker, gpus = batch * dp, tp * dp * pp
+    if conc <= per_worker:
+        return ""
+    if conc == batch * gpus:
+        notes.append(f"batch_size is per GPU: silicon_concurrency={conc} = {batch} × {gpus} GPUs")
+        return ""
+    return (
+        f"silicon_concurrency={conc} is neither batch_size × attention DP ({per_worker}) nor "
+        f"batch_size × the worker's {gpus} GPUs ({batch * gpus}): how many workers shared "
+        "the benchmark is not recorded"
+    )
+
+
 def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
     """A CSV row as a replayable benchmark point, or the reason it cannot be one."""
     rid = (row.get("id") or "").strip() or "?"
@@ -357,13 +380,9 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
             conc = role.batch * role.layout.dp_attention
             notes.append(f"concurrency {conc} = batch_size × attention DP (no silicon_concurrency)")
         elif role.batch is not None:
-            per_worker = role.batch * role.layout.dp_attention
-            if conc != per_worker and conc % per_worker == 0:
-                notes.append(
-                    f"silicon_concurrency={conc} is {conc // per_worker} workers × {per_worker} lanes "
-                    "(batch_size × attention DP): one worker replayed"
-                )
-                conc = per_worker
+            skip = _several_workers(row, role.batch, conc, notes)
+            if skip:
+                return Skip(rid, skip, row)
         return RowSpec(mode="agg", concurrency=conc, agg=role, notes=tuple(notes), **common)
     if mode == "disagg":
         pre, note_p, reason_p = _role(row, "prefill_", kv, gpu, mode)
