@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -32,4 +33,7 @@ def row(**kw: str) -> dict[str, str]:
         "silicon_tpot_ms": "7",
     }
     base.update(kw)
+    conc = re.search(r"silicon_concurrency=(\d+)", base["silicon_data_source"])
+    if conc and "batch_size" not in kw:  # the file's aggregated rows: batch_size = the benchmark's lanes
+        base["batch_size"] = conc.group(1)
     return base
