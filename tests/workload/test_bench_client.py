@@ -215,7 +215,9 @@ def test_latency_metrics_match_the_servers_delays(fake: FakeServer) -> None:
         assert o.e2e_s is not None and 0.395 <= o.e2e_s <= 0.55
         assert o.cached_tokens == 7
         assert o.prompt_tokens == 100
-    s = bench_summary(result, config(fake), SLO(), dataset_name="t", request_rate=None, max_concurrency=1)
+    # the SLO at this test's own tolerance (TTFT ≤ 300 ms, TPOT ≤ 35 ms, asserted per request above),
+    # not the 25 ms default, which a loaded machine's jitter on the fake's 20 ms ITL can cross
+    s = bench_summary(result, config(fake), SLO(300, 35), dataset_name="t", request_rate=None, max_concurrency=1)
     assert 195 <= s["mean_ttft_ms"] <= 300
     assert 19 <= s["mean_tpot_ms"] <= 35
     assert 19 <= s["median_itl_ms"] <= 35
