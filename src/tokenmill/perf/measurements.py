@@ -300,22 +300,22 @@ def _role(row: dict[str, str], prefix: str, kv: KVDtype, gpu: GPU, mode: str) ->
     return Role(layout, workers, batch), note, ""
 
 
-def _several_workers(row: dict[str, str], batch: int, conc: int, notes: list[str]) -> str:
-    """Why an aggregated row's benchmark concurrency cannot be one worker's lanes ('' if it can).
+def _read_concurrency(row: dict[str, str], role: Role, conc: int) -> tuple[str | None, str]:
+    """(note, skip reason) for an aggregated row's benchmark concurrency read as one worker's lanes.
 
-    batch_size is per worker (× attention DP, per rank) where it agrees with the concurrency, per
-    GPU in some TRT-LLM rows (concurrency = batch_size × the worker's GPUs: one worker, noted);
-    any other excess means workers the file does not count. The row's own sizes are used: a
-    repaired layout (tp = 64 read as 8 GPUs) keeps batch_size × the row's DP."""
+    batch_size is per worker (× attention DP, per rank) where it agrees with the concurrency, and
+    per GPU in some TRT-LLM rows (concurrency = batch_size × the worker's GPUs: one worker, noted);
+    any other excess means workers the file does not count (a skip reason). The row's own DP is
+    used, not a repaired layout's (dp = 64 read as 8 GPUs keeps batch_size × 64)."""
     sizes, _ = _sizes(row, "")
-    dp, tp, pp = (sizes[k] or 1 for k in ("attention_dp_size", "tp_size", "pp_size"))
-    per_worker, gpus = batch * dp, tp * dp * pp
+    batch = role.batch or 0
+    per_worker = batch * (sizes["attention_dp_size"] or 1)
+    gpus = role.layout.tp * role.layout.pp
     if conc <= per_worker:
-        return ""
+        return None, ""
     if conc == batch * gpus:
-        notes.append(f"batch_size is per GPU: silicon_concurrency={conc} = {batch} × {gpus} GPUs")
-        return ""
-    return (
+        return f"batch_size is per GPU: silicon_concurrency={conc} = {batch} × {gpus} GPUs", ""
+    return None, (
         f"silicon_concurrency={conc} is neither batch_size × attention DP ({per_worker}) nor "
         f"batch_size × the worker's {gpus} GPUs ({batch * gpus}): how many workers shared "
         "the benchmark is not recorded"
@@ -380,9 +380,11 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
             conc = role.batch * role.layout.dp_attention
             notes.append(f"concurrency {conc} = batch_size × attention DP (no silicon_concurrency)")
         elif role.batch is not None:
-            skip = _several_workers(row, role.batch, conc, notes)
+            conc_note, skip = _read_concurrency(row, role, conc)
             if skip:
                 return Skip(rid, skip, row)
+            if conc_note:
+                notes.append(conc_note)
         return RowSpec(mode="agg", concurrency=conc, agg=role, notes=tuple(notes), **common)
     if mode == "disagg":
         pre, note_p, reason_p = _role(row, "prefill_", kv, gpu, mode)
