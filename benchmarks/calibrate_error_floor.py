@@ -128,7 +128,7 @@ def split_by_configuration(points: list[tuple[SplitPoint, float, Row]]) -> list[
     by: dict[tuple[str, ...], list[tuple[SplitPoint, int]]] = defaultdict(list)
     for pt, _, r in points:
         key = (pt.release, r["model_path"], r["gemm_quant_mode"] or "checkpoint", r["tp_size"], r["isl"])
-        by[key].append((pt, int(r["batch_size"])))
+        by[key].append((pt, int(_concurrency(r))))  # the benchmark's lanes, as the split's grouping reads them
     out = []
     for (release, model, quant, tp, isl), vals in sorted(by.items(), key=lambda kv: (kv[0][:4], int(kv[0][4]))):
         lanes = [(p, c) for p, c in vals if c > 1]
@@ -241,8 +241,8 @@ def main() -> None:
     }
     for path in args.split_figure:
         tpot_split_figure([p for p, _, _ in points], Path(path))
-    configurations = split_by_configuration(points)
-    if args.by_configuration:
+    configurations = split_by_configuration(points) if args.by_configuration else []
+    if configurations:
         out["tpot_split_by_configuration"] = configurations
     if args.json:
         print(json.dumps(out, indent=2))
@@ -281,7 +281,7 @@ def main() -> None:
             f"all {every['points']} points: decode step off by {100 * every['decode_step_median_ape']:.1f} %, "
             f"interference by {100 * every['interference_median_ape']:.1f} % (median absolute errors)"
         )
-    if args.by_configuration:
+    if configurations:
         print("\nBy configuration (H per other lane: H ÷ (C − 1), median over the sweep's concurrencies):")
         print(
             "| engine release | model | quant | TP | ISL | C | d pred ÷ meas | H pred ÷ meas "
