@@ -3,12 +3,16 @@ recorded weights that reproduce its means."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import CostModel, PerfParams
 from tokenmill.perf.replay import (
+    PARALLEL_LANES,
     _closed_loop,
     engine_policy,
     replay_aggregated,
@@ -172,3 +176,21 @@ def test_trtllm_admits_only_requests_whose_whole_output_fits() -> None:
         reqs, _, _, _, _ = _closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stagger=False)
         peaks[backend] = _peak_running(reqs)
     assert peaks == {"trtllm": 31, "vllm": 64}
+
+
+def test_the_two_regimes_replayed_at_once_give_the_same_result() -> None:
+    # 300 lanes on one GPU: above PARALLEL_LANES, so the drifted replay runs in a forked child
+    # where the machine allows (perf.forked); the figures must be those of the one-by-one replay
+    assert PARALLEL_LANES <= 300
+    entered: list[bool] = []
+
+    @contextmanager
+    def waiting() -> Iterator[None]:
+        entered.append(True)
+        yield
+
+    params = PARAMS.updated(burst_share=0.3)  # not 0.5: the regimes' weights differ
+    one_by_one = replay_aggregated(PLAN, "vllm", 500, 64, 300, params)
+    at_once = replay_aggregated(PLAN, "vllm", 500, 64, 300, params, parallel=True, waiting=waiting)
+    assert entered == [True]
+    assert at_once == one_by_one

@@ -132,13 +132,14 @@ def predict(
             raise TokenmillError("--accept-length needs speculative decoding, which disaggregated workers do not model")
         dgpus = gpus if decode_gpus is None else decode_gpus
         dplan = build_plan(model, gpu, dgpus, decode_flags(flags, decode_layout))
-    with _working(f"replaying {concurrency:,} lanes", json_out):
-        if decode_workers:
+    label = f"replaying {concurrency:,} lanes"
+    if decode_workers:
+        with _working(label, json_out):
             pred = predict_disaggregated(
                 plan, dplan, prefill_workers, decode_workers, b, isl, osl, concurrency, params, notes
             )
-        else:
-            pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes)
+    else:  # the spinner starts inside, after the replay forks (perf.forked)
+        pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes, lambda: _working(label, json_out))
     out = pred.to_dict()
     band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())
     out["accuracy"] = None

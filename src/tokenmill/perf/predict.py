@@ -16,6 +16,8 @@ the engines differ most from the model (docs/perf.md §4, "Where the TPOT error 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,8 +119,11 @@ def predict(
     params: PerfParams,
     accept_length: float | None = None,
     notes: list[str] | None = None,
+    waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Prediction:
-    """Closed-loop TTFT/TPOT of ``plan`` at ``concurrency`` lanes of ISL/OSL requests."""
+    """Closed-loop TTFT/TPOT of ``plan`` at ``concurrency`` lanes of ISL/OSL requests; the two
+    regimes' replays run at once where they are long (``replay_aggregated(parallel=True)``), with
+    ``waiting`` (a spinner) entered around them."""
     _require_positive(("--isl", isl), ("--osl", osl))
     check_concurrency(concurrency, "--concurrency")
     if not plan.fits:
@@ -130,7 +135,9 @@ def predict(
     width = spec.num_draft_tokens if spec.enabled else 1
     if not 1 <= accept <= width:  # also refuses nan
         raise TokenmillError(f"--accept-length must be between 1 and the verify width {width} (got {accept})")
-    res = replay_aggregated(plan, backend, isl, osl, concurrency, params, accept_length=accept)
+    res = replay_aggregated(
+        plan, backend, isl, osl, concurrency, params, accept_length=accept, parallel=True, waiting=waiting
+    )
     return _prediction(plan, plan, plan.gpus, backend, isl, osl, concurrency, accept, params, res, notes)
 
 

@@ -74,6 +74,8 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,7 @@ from tokenmill.core.scheduler import CLIP_MAX_NEW_TOKENS, NEW_TOKEN_RATIO
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
 from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
+from tokenmill.perf.forked import Forked
 from tokenmill.perf.params import PerfParams
 from tokenmill.perf.roofline import STEP_KEYS, ZERO_FEATURES, CostModel, Features, combine
 from tokenmill.plan.cache_sizes import cache_sizes
@@ -103,6 +106,9 @@ LARGE_WORKER = 32  # lanes per worker from which one measured wave after the fir
 #: time and memory grow with the lanes (16,384 lanes on one GPU: 10.5 s, 1.1 GB), so a row or a
 #: flag asking for a million is refused rather than left to run for hours.
 MAX_CONCURRENCY = 65_536
+#: Lanes per worker from which ``replay_aggregated(parallel=True)`` forks: there a replay takes
+#: ~0.1 s or more on this project's 2-core machine, against a few ms for the fork.
+PARALLEL_LANES = 256
 
 
 def check_concurrency(concurrency: int, name: str = "concurrency") -> None:
@@ -443,6 +449,63 @@ def _means(reqs: list[_Req], first_wave: int) -> tuple[float, float, float, int]
     return ttft, tpot, e2e, count
 
 
+@dataclass
+class _RegimeRun:
+    """What one regime's replay contributes to a point (small and picklable: it may come from a
+    forked child)."""
+
+    ttft: float
+    tpot: float
+    e2e: float
+    measured: int
+    notes: list[str]
+    decode: tuple[float, float] | None  # the drifted replay's mean decode batch and context
+    recorded: Recorded | None
+
+
+def _run_regime(
+    plan: MemoryPlan,
+    cost: CostModel,
+    params: PerfParams,
+    policy: EnginePolicy,
+    isl: int,
+    osl: int,
+    lanes: int,
+    accept_length: float,
+    record: bool,
+    stride: int | None,
+    cohort: bool,
+    sync: int,
+) -> _RegimeRun:
+    """Replay one regime (``sync``: lanes in lock step, else drifted apart) and reduce it to means."""
+    reqs, first, log, ex, notes = _closed_loop(
+        plan,
+        cost,
+        params,
+        policy,
+        isl,
+        osl,
+        lanes,
+        0.0,
+        accept_length,
+        record=record,
+        stride=stride,
+        stagger=not sync,
+        cohort=cohort,
+    )
+    t, p, e, m = _means(reqs, first)
+    recorded = None
+    if log is not None:
+        from tokenmill.perf.recorded import step_rows
+
+        wt, wp = _weights(reqs, first, log, True, True)
+        recorded = step_rows(log.features, log.mult, log.step, wt, wp, sync)
+    decode = None
+    if not sync and isinstance(ex, _StrideExecutor) and ex.decode_steps:
+        decode = (ex.decode_batch_sum / ex.decode_steps, ex.decode_ctx_sum / ex.decode_steps)
+    return _RegimeRun(t, p, e, m, notes, decode, recorded)
+
+
 def replay_aggregated(
     plan: MemoryPlan,
     backend: str,
@@ -454,10 +517,17 @@ def replay_aggregated(
     record: bool = False,
     stride: int | None = None,
     cohort: bool = True,
+    parallel: bool = False,
+    waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> ReplayResult:
     """Closed loop of ``concurrency`` lanes over the plan's workers (one worker replayed);
     ``stride`` overrides the macro-step length (1: every decode step is run); ``cohort=False``
-    walks the decode batch request by request (the same result, slower: a test compares them)."""
+    walks the decode batch request by request (the same result, slower: a test compares them);
+    ``parallel`` replays the two regimes at once, the lock-step one in a forked child, from
+    ``PARALLEL_LANES`` lanes per worker up and where a fork can help (``perf.forked``): the same
+    result, sooner. Calibration leaves it off (its rows already run in parallel). ``waiting`` is
+    entered around the replays, after any fork (a terminal's spinner: its thread must not exist
+    when the process forks, ``perf.forked``)."""
     if not plan.fits:
         raise TokenmillError(f"cannot replay: {plan.reason}")
     check_concurrency(concurrency)
@@ -469,42 +539,38 @@ def replay_aggregated(
     if lanes * workers != concurrency:
         notes.append(f"{concurrency} lanes over {workers} workers: each replayed with {lanes}")
     share = params.burst_share
-    regimes = [
-        (sync, stagger) for sync, stagger in ((1, False), (0, True)) if record or (share if sync else 1 - share) > 0
-    ]
+    syncs = [sync for sync in (1, 0) if record or (share if sync else 1 - share) > 0]
+
+    def run(sync: int) -> _RegimeRun:
+        return _run_regime(plan, cost, params, policy, isl, osl, lanes, accept_length, record, stride, cohort, sync)
+
+    runs: dict[int, _RegimeRun] = {}
+    if parallel and not record and len(syncs) == 2 and lanes >= PARALLEL_LANES:
+        # the lock-step replay in a child, the drifted one (the longer: a finish at nearly every
+        # step) here, which measured ~0.05 s sooner than the other way round at C = 4,096
+        with Forked(lambda: run(1)) as lockstep, waiting():
+            runs[0] = run(0)
+            runs[1] = lockstep.result()
+    else:
+        with waiting():
+            runs = {sync: run(sync) for sync in syncs}
     ttft = tpot = e2e = 0.0
     measured = 0
     recorded = None
     if record:
-        from tokenmill.perf.recorded import latency_rows, step_rows
+        from tokenmill.perf.recorded import latency_rows
 
         recorded = latency_rows([_latency_row()], [1.0], [0.0])
     batch, ctx = float(lanes), isl + osl / 2
-    for sync, stagger in regimes:
+    for sync in syncs:
+        r = runs[sync]
         w = share if sync else 1.0 - share
-        reqs, first, log, ex, more = _closed_loop(
-            plan,
-            cost,
-            params,
-            policy,
-            isl,
-            osl,
-            lanes,
-            0.0,
-            accept_length,
-            record=record,
-            stride=stride,
-            stagger=stagger,
-            cohort=cohort,
-        )
-        notes += [n for n in more if n not in notes]
-        t, p, e, m = _means(reqs, first)
-        ttft, tpot, e2e, measured = ttft + w * t, tpot + w * p, e2e + w * e, measured + m
-        if log is not None and recorded is not None:
-            wt, wp = _weights(reqs, first, log, True, True)
-            recorded = recorded.concat(step_rows(log.features, log.mult, log.step, wt, wp, sync))
-        if not sync and isinstance(ex, _StrideExecutor) and ex.decode_steps:
-            batch, ctx = ex.decode_batch_sum / ex.decode_steps, ex.decode_ctx_sum / ex.decode_steps
+        notes += [n for n in r.notes if n not in notes]
+        ttft, tpot, e2e, measured = ttft + w * r.ttft, tpot + w * r.tpot, e2e + w * r.e2e, measured + r.measured
+        if recorded is not None and r.recorded is not None:
+            recorded = recorded.concat(r.recorded)
+        if r.decode is not None:
+            batch, ctx = r.decode
     lat = float(combine(_latency_row(), params)["request_latency"])
     return ReplayResult(
         ttft + lat, tpot, e2e + lat, lanes, workers, measured, batch, ctx, notes, recorded, in_flight=lanes * workers
