@@ -3,13 +3,13 @@
 Why: `tokenmill predict` replays a benchmark point twice (lanes in lock step and lanes drifted
 apart, ``perf.replay``), and the two replays share nothing. At thousands of lanes each takes
 ~0.45 s on this project's 2-core machine, so running one in a child cuts the command's wait by
-about a third, not a half: both processes run slower side by side (copy-on-write page faults on
-the shared heap, the two cores' shared caches). A fork needs no pickling of the inputs (the child
-has the parent's memory); only the result (a few numbers and notes) travels back, pickled,
-through a pipe.
+about a third, not a half: side by side each replay runs ~20 % slower than alone here (the
+cause not isolated: copy-on-write faults, shared caches, the virtual machine's scheduling). A
+fork needs no pickling of the inputs (the child has the parent's memory); only the result (a
+few numbers and notes) travels back, pickled, through a pipe.
 
-Where a fork cannot help or is not safe (no ``os.fork``, one CPU, or other threads running, which
-a fork would copy in an unknown state), the computation runs in the parent when its result is asked
+Where a fork cannot help or is not safe (not Linux, one CPU, or other threads running, which a
+fork would copy in an unknown state), the computation runs in the parent when its result is asked
 for: the same result, one after the other.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import sys
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -34,9 +35,10 @@ def usable_cpus() -> int:
 
 
 def can_fork() -> bool:
-    """Whether a forked child would run beside the parent, safely: fork exists, two or more CPUs,
-    and this is the only thread."""
-    return hasattr(os, "fork") and usable_cpus() >= 2 and threading.active_count() == 1
+    """Whether a forked child would run beside the parent, safely: Linux (macOS has ``os.fork``,
+    but system frameworks a process may have loaded are not safe across it, which is why Python
+    defaults to spawning there), two or more CPUs, and this is the only thread."""
+    return sys.platform.startswith("linux") and usable_cpus() >= 2 and threading.active_count() == 1
 
 
 class Forked(Generic[T]):
