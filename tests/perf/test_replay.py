@@ -194,3 +194,9 @@ def test_the_two_regimes_replayed_at_once_give_the_same_result() -> None:
     at_once = replay_aggregated(PLAN, "vllm", 500, 64, 300, params, parallel=True, waiting=waiting)
     assert entered == [True]
     assert at_once == one_by_one
+    # disaggregated: each of the two fixed-point passes replays the prefill worker's two regimes
+    entered.clear()
+    one_by_one = replay_disaggregated(PLAN, PLAN, 1, 2, "sglang", 1500, 200, 300, params)
+    at_once = replay_disaggregated(PLAN, PLAN, 1, 2, "sglang", 1500, 200, 300, params, parallel=True, waiting=waiting)
+    assert entered == [True, True]
+    assert at_once == one_by_one

@@ -4,7 +4,7 @@ import csv
 import json
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -133,13 +133,16 @@ def predict(
         dgpus = gpus if decode_gpus is None else decode_gpus
         dplan = build_plan(model, gpu, dgpus, decode_flags(flags, decode_layout))
     label = f"replaying {concurrency:,} lanes"
+
+    def spinner() -> AbstractContextManager[None]:  # started inside, after the replay forks (perf.forked)
+        return _working(label, json_out)
+
     if decode_workers:
-        with _working(label, json_out):
-            pred = predict_disaggregated(
-                plan, dplan, prefill_workers, decode_workers, b, isl, osl, concurrency, params, notes
-            )
-    else:  # the spinner starts inside, after the replay forks (perf.forked)
-        pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes, lambda: _working(label, json_out))
+        pred = predict_disaggregated(
+            plan, dplan, prefill_workers, decode_workers, b, isl, osl, concurrency, params, notes, spinner
+        )
+    else:
+        pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes, spinner)
     out = pred.to_dict()
     band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())
     out["accuracy"] = None

@@ -190,11 +190,13 @@ def predict_disaggregated(
     concurrency: int,
     params: PerfParams,
     notes: list[str] | None = None,
+    waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Prediction:
     """The same point on ``prefill_workers`` prefill workers and ``decode_workers`` decode workers
     (``replay_disaggregated``): TTFT = prefill + KV (and state) hand-over + front end; TPOT = one
     decode step at the decode workers' steady batch. Per-GPU throughput divides by every GPU of
-    both pools; ``layout`` is the prefill worker's, ``decode_layout`` the decode worker's."""
+    both pools; ``layout`` is the prefill worker's, ``decode_layout`` the decode worker's. The
+    regimes replay at once where they are long, ``waiting`` around them, as in ``predict``."""
     _require_positive(
         ("--isl", isl),
         ("--osl", osl),
@@ -213,7 +215,17 @@ def predict_disaggregated(
     if decode_plan.layout.speculative.enabled or prefill_plan.layout.speculative.enabled:
         raise TokenmillError("--speculative is not modelled for disaggregated workers (give --speculative none)")
     res = replay_disaggregated(
-        prefill_plan, decode_plan, prefill_workers, decode_workers, backend, isl, osl, concurrency, params
+        prefill_plan,
+        decode_plan,
+        prefill_workers,
+        decode_workers,
+        backend,
+        isl,
+        osl,
+        concurrency,
+        params,
+        parallel=True,
+        waiting=waiting,
     )
     gpus = prefill_plan.gpus * prefill_workers + decode_plan.gpus * decode_workers
     pred = _prediction(prefill_plan, decode_plan, gpus, backend, isl, osl, concurrency, 1.0, params, res, notes)

@@ -77,6 +77,7 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
@@ -585,6 +586,17 @@ def transfer_bytes(plan: MemoryPlan, isl: int) -> int:
     return int(sizes.kv_cell_bytes * isl + sizes.state_slot_bytes)
 
 
+@dataclass
+class _PrefillRun:
+    """One regime's replay of a prefill worker: its mean TTFT and measured count, small and
+    picklable (it may come from a forked child); the replay itself only when recording."""
+
+    ttft: float
+    measured: int
+    notes: list[str]
+    replay: tuple[list[_Req], int, StepLog] | None = None
+
+
 def replay_disaggregated(
     prefill_plan: MemoryPlan,
     decode_plan: MemoryPlan,
@@ -596,8 +608,12 @@ def replay_disaggregated(
     concurrency: int,
     params: PerfParams,
     record: bool = False,
+    parallel: bool = False,
+    waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> ReplayResult:
-    """Prefill workers replayed in closed loop; decode workers in steady state (module doc)."""
+    """Prefill workers replayed in closed loop; decode workers in steady state (module doc).
+    ``parallel`` and ``waiting`` as in ``replay_aggregated``: each fixed-point pass replays its
+    two regimes at once."""
     for plan in (prefill_plan, decode_plan):
         if not plan.fits:
             raise TokenmillError(f"cannot replay: {plan.reason}")
@@ -639,22 +655,31 @@ def replay_disaggregated(
     f_dec, tpot = decode_step(batch)
     lanes = max(1, math.ceil(concurrency / max(1, prefill_workers)))
     share = params.burst_share
-    regimes = [
-        (sync, stagger) for sync, stagger in ((1, False), (0, True)) if record or (share if sync else 1 - share) > 0
-    ]
+    syncs = [sync for sync in (1, 0) if record or (share if sync else 1 - share) > 0]
+
+    def run(sync: int, think: float) -> _PrefillRun:
+        reqs, first, log, _, more = _closed_loop(
+            prefill_plan, pcost, params, policy, isl, 1, lanes, think, record=record, stagger=not sync
+        )
+        kept = (reqs, first, log) if log is not None else None
+        return _PrefillRun(_means(reqs, first)[0], len(reqs) - first, more, kept)
+
+    fork = parallel and not record and len(syncs) == 2 and lanes >= PARALLEL_LANES
     ttft = 0.0
-    runs: list[tuple[int, list[_Req], int, StepLog | None]] = []
+    runs: dict[int, _PrefillRun] = {}
     for _ in range(2):
         think = (osl - 1) * tpot + xfer
+        if fork:  # as in replay_aggregated; the spinner stops before the next pass forks again
+            with Forked(partial(run, 1, think)) as lockstep, waiting():
+                runs = {0: run(0, think)}
+                runs[1] = lockstep.result()
+        else:
+            with waiting():
+                runs = {sync: run(sync, think) for sync in syncs}
         t_pre = 0.0
-        runs = []
-        for sync, stagger in regimes:
-            reqs, first, log, _, more = _closed_loop(
-                prefill_plan, pcost, params, policy, isl, 1, lanes, think, record=record, stagger=stagger
-            )
-            t_pre += (share if sync else 1.0 - share) * _means(reqs, first)[0]
-            runs.append((sync, reqs, first, log))
-            notes += [n for n in more if n not in notes]
+        for sync in syncs:
+            t_pre += (share if sync else 1.0 - share) * runs[sync].ttft
+            notes += [n for n in runs[sync].notes if n not in notes]
         ttft = t_pre + drain + xfer + lat
         decode_time = (osl - 1) * tpot
         batch = per_worker * decode_time / (decode_time + ttft) if decode_time > 0 else per_worker
@@ -666,12 +691,14 @@ def replay_disaggregated(
         recorded = latency_rows([f_dec, xfer_row, _latency_row()], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0])
         if drain:
             recorded = recorded.concat(latency_rows([drain_row], [1.0], [0.0]))
-        for sync, reqs, first, log in runs:
-            if log is not None:
+        for sync in syncs:
+            kept = runs[sync].replay
+            if kept is not None:
+                reqs, first, log = kept
                 wt, _ = _weights(reqs, first, log, True, False)
                 recorded = recorded.concat(step_rows(log.features, log.mult, log.step, wt, None, sync))
     e2e = ttft + (osl - 1) * tpot
-    measured = sum(len(r) - f for _, r, f, _ in runs)
+    measured = sum(runs[sync].measured for sync in syncs)
     return ReplayResult(
         ttft, tpot, e2e, lanes, max(1, prefill_workers), measured, batch, ctx, notes, recorded, in_flight=concurrency
     )

@@ -3,12 +3,21 @@
 Tokens are placeholders (zeros). Under speculative decoding each request accepts on average
 ``accept_length`` tokens per verify pass; a per-request credit makes the accepted counts
 deterministic (2.7 → 3, 3, 2, 3, 3, 2, …) and never more than the verify width.
+
+Steps that only prefill repeat their shape: a disaggregated prefill worker replayed with
+thousands of lanes of one prompt length runs the same one-prompt step tens of thousands of times.
+Their costs are kept (``PREFILL_MEMO`` shapes at most), so the cost model prices each shape once;
+the result is the same object the cost model returned the first time.
 """
 
 from __future__ import annotations
 
 from tokenmill.core.batch import ScheduledBatch, StepResult
 from tokenmill.perf import BatchShape, CostModel, DecodeWork, PrefillWork
+from tokenmill.perf.roofline import StepCost
+
+#: Prefill-only step shapes whose costs one executor keeps (a few KB each).
+PREFILL_MEMO = 4096
 
 
 class SimExecutor:
@@ -18,6 +27,7 @@ class SimExecutor:
         self._credit: dict[str, float] = {}
         self.busy_s = 0.0
         self.breakdown: dict[str, float] = {}
+        self._memo: dict[BatchShape, StepCost] = {}
 
     def shape(self, batch: ScheduledBatch) -> BatchShape:
         return BatchShape(
@@ -25,8 +35,19 @@ class SimExecutor:
             decode=tuple(DecodeWork(d.context, d.tokens) for d in batch.decode),
         )
 
+    def step_cost(self, shape: BatchShape) -> StepCost:
+        """The cost model's price of ``shape``, kept for prefill-only shapes (module docstring)."""
+        if shape.decode or shape.decode_sum is not None:
+            return self.cost_model.step_time(shape)
+        cost = self._memo.get(shape)
+        if cost is None:
+            cost = self.cost_model.step_time(shape)
+            if len(self._memo) < PREFILL_MEMO:
+                self._memo[shape] = cost
+        return cost
+
     def execute(self, batch: ScheduledBatch) -> StepResult:
-        cost = self.cost_model.step_time(self.shape(batch))
+        cost = self.step_cost(self.shape(batch))
         self.busy_s += cost.seconds
         for key, value in cost.breakdown.items():
             self.breakdown[key] = self.breakdown.get(key, 0.0) + value
