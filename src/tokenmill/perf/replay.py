@@ -63,6 +63,11 @@ otherwise), in ``kv_transfer_latency_s`` + bytes / (link × GPUs of the prefill 
 A pipeline-parallel prefill worker pipelines its chunks (``PipelinedCost``): a step occupies one
 stage, and each first token comes N − 1 stages of its last chunk later.
 
+**Two regimes at once.** The two replays of a point share nothing, so ``predict`` runs them side
+by side from ``PARALLEL_LANES`` lanes per worker (the lock-step one in a forked child,
+``perf.forked``; each fixed-point pass of a disaggregated point likewise): the same figures,
+sooner. Calibration keeps one process per row; its rows already run in parallel.
+
 For calibration the replay records, for every step, its resource demands and its weight in the
 mean TTFT and TPOT: both are linear in the step times, and with zero think time the sequence of
 steps of a closed loop does not depend on the step times at all, so refitting the constants
