@@ -13,7 +13,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.perf import forked
 from tokenmill.perf.forked import Forked, can_fork
 
-needs_fork = pytest.mark.skipif(not can_fork(), reason="needs os.fork and two CPUs")
+needs_fork = pytest.mark.skipif(not can_fork(), reason="forks only on Linux with two or more CPUs")
 
 
 @needs_fork

@@ -3,14 +3,15 @@ recorded weights that reproduce its means."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
 from tokenmill.hardware import load_gpu
-from tokenmill.perf import CostModel, PerfParams
+from tokenmill.perf import CostModel, PerfParams, replay
+from tokenmill.perf.forked import Forked, can_fork
 from tokenmill.perf.replay import (
     PARALLEL_LANES,
     _closed_loop,
@@ -178,11 +179,19 @@ def test_trtllm_admits_only_requests_whose_whole_output_fits() -> None:
     assert peaks == {"trtllm": 31, "vllm": 64}
 
 
-def test_the_two_regimes_replayed_at_once_give_the_same_result() -> None:
-    # 300 lanes on one GPU: above PARALLEL_LANES, so the drifted replay runs in a forked child
+def test_the_two_regimes_replayed_at_once_give_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 300 lanes on one GPU: above PARALLEL_LANES, so the lock-step replay runs in a forked child
     # where the machine allows (perf.forked); the figures must be those of the one-by-one replay
     assert PARALLEL_LANES <= 300
     entered: list[bool] = []
+    children: list[bool] = []
+
+    class Watched(Forked[object]):
+        def __init__(self, fn: Callable[[], object]) -> None:
+            super().__init__(fn)
+            children.append(bool(self._pid))
+
+    monkeypatch.setattr(replay, "Forked", Watched)
 
     @contextmanager
     def waiting() -> Iterator[None]:
@@ -193,10 +202,12 @@ def test_the_two_regimes_replayed_at_once_give_the_same_result() -> None:
     one_by_one = replay_aggregated(PLAN, "vllm", 500, 64, 300, params)
     at_once = replay_aggregated(PLAN, "vllm", 500, 64, 300, params, parallel=True, waiting=waiting)
     assert entered == [True]
+    assert children == [can_fork()]  # a child ran wherever one can
     assert at_once == one_by_one
     # disaggregated: each of the two fixed-point passes replays the prefill worker's two regimes
     entered.clear()
     one_by_one = replay_disaggregated(PLAN, PLAN, 1, 2, "sglang", 1500, 200, 300, params)
     at_once = replay_disaggregated(PLAN, PLAN, 1, 2, "sglang", 1500, 200, 300, params, parallel=True, waiting=waiting)
     assert entered == [True, True]
+    assert children == [can_fork()] * 3
     assert at_once == one_by_one
