@@ -330,6 +330,14 @@ def test_predict_disaggregated(capsys: pytest.CaptureFixture[str]) -> None:
     assert d["disaggregated"]["prefill_workers"] == 2 and d["disaggregated"]["decode_gpus_per_worker"] == 2
     assert d["tpot_split_ms"]["behind_prompts"] == pytest.approx(0.0, abs=1e-3)
     assert any("KV hand-over" in n for n in d["notes"])
+    # a decode layout's keys as the flags spell them or as the layout's fields do
+    spelled = {}
+    for key in ("dp-attention", "dp_attention"):
+        flags = ["--decode-workers", "1", "--decode-gpus", "2", "--decode-layout", f"tp=2,{key}=2", "--json"]
+        code, out, _ = cli(capsys, *base, *flags)
+        assert code == 0, out
+        spelled[key] = json.loads(out)["disaggregated"]["decode_layout"]["dp_attention"]
+    assert spelled == {"dp-attention": 2, "dp_attention": 2}
     for flags, message in (
         (["--decode-layout", "tp=2"], "need --decode-workers"),
         (["--decode-workers", "1", "--decode-layout", "width=2"], "--decode-layout: 'width=2'"),

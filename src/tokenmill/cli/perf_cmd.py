@@ -41,7 +41,7 @@ def decode_flags(flags: dict[str, Any], spec: str | None) -> dict[str, Any]:
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
-        key = key.strip()
+        key = key.strip().replace("_", "-")  # dp_attention as the layout's field, or as the flag
         if not sep or key not in DECODE_LAYOUT_KEYS:
             raise TokenmillError(
                 f"--decode-layout: {item.strip()!r} is not KEY=VALUE with KEY one of {', '.join(DECODE_LAYOUT_KEYS)}"
