@@ -84,7 +84,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tokenmill.core import Engine, Request, Scheduler
 from tokenmill.core.batch import ScheduledBatch, StepResult
@@ -101,6 +101,8 @@ from tokenmill.plan.memory_plan import MemoryPlan
 from tokenmill.sim.executor import SimExecutor
 from tokenmill.sim.gc_pause import cyclic_gc_paused
 from tokenmill.sim.runner import SimOptions, scheduler_config_for
+
+_Run = TypeVar("_Run")
 
 if TYPE_CHECKING:
     from tokenmill.perf.recorded import Recorded
@@ -455,6 +457,26 @@ def _means(reqs: list[_Req], first_wave: int) -> tuple[float, float, float, int]
     return ttft, tpot, e2e, count
 
 
+def _replay_regimes(
+    run: Callable[[int], _Run],
+    syncs: list[int],
+    fork: bool,
+    waiting: Callable[[], AbstractContextManager[object]],
+) -> dict[int, _Run]:
+    """``run(sync)`` for each regime in ``syncs``, ``waiting`` entered around them. With ``fork``
+    and both regimes, the lock-step one runs in a forked child (``perf.forked``) and the drifted
+    one here: it is the longer (a finish at nearly every step), and this way round measured
+    ~0.05 s sooner at C = 4,096. ``waiting`` is entered after the fork: a spinner's thread must
+    not exist when the process forks."""
+    if fork and len(syncs) == 2:
+        with Forked(partial(run, 1)) as lockstep, waiting():
+            runs = {0: run(0)}
+            runs[1] = lockstep.result()
+        return runs
+    with waiting():
+        return {sync: run(sync) for sync in syncs}
+
+
 @dataclass
 class _RegimeRun:
     """What one regime's replay contributes to a point (small and picklable: it may come from a
@@ -550,16 +572,7 @@ def replay_aggregated(
     def run(sync: int) -> _RegimeRun:
         return _run_regime(plan, cost, params, policy, isl, osl, lanes, accept_length, record, stride, cohort, sync)
 
-    runs: dict[int, _RegimeRun] = {}
-    if parallel and not record and len(syncs) == 2 and lanes >= PARALLEL_LANES:
-        # the lock-step replay in a child, the drifted one (the longer: a finish at nearly every
-        # step) here, which measured ~0.05 s sooner than the other way round at C = 4,096
-        with Forked(lambda: run(1)) as lockstep, waiting():
-            runs[0] = run(0)
-            runs[1] = lockstep.result()
-    else:
-        with waiting():
-            runs = {sync: run(sync) for sync in syncs}
+    runs = _replay_regimes(run, syncs, parallel and not record and lanes >= PARALLEL_LANES, waiting)
     ttft = tpot = e2e = 0.0
     measured = 0
     recorded = None
@@ -669,18 +682,12 @@ def replay_disaggregated(
         kept = (reqs, first, log) if log is not None else None
         return _PrefillRun(_means(reqs, first)[0], len(reqs) - first, more, kept)
 
-    fork = parallel and not record and len(syncs) == 2 and lanes >= PARALLEL_LANES
+    fork = parallel and not record and lanes >= PARALLEL_LANES
     ttft = 0.0
     runs: dict[int, _PrefillRun] = {}
     for _ in range(2):
         think = (osl - 1) * tpot + xfer
-        if fork:  # as in replay_aggregated; the spinner stops before the next pass forks again
-            with Forked(partial(run, 1, think)) as lockstep, waiting():
-                runs = {0: run(0, think)}
-                runs[1] = lockstep.result()
-        else:
-            with waiting():
-                runs = {sync: run(sync, think) for sync in syncs}
+        runs = _replay_regimes(partial(run, think=think), syncs, fork, waiting)
         t_pre = 0.0
         for sync in syncs:
             t_pre += (share if sync else 1.0 - share) * runs[sync].ttft
