@@ -57,7 +57,12 @@ C × min(C, OSL). The decisions and the step times are the request-by-request pa
 token, and a lane's next request waits out its decode time: (OSL − 1) × TPOT + KV transfer); the
 decode worker is in steady state with its batch spread evenly over contexts ISL..ISL+OSL, so
 TPOT = one decode step at the mean context, the batch being the worker's share of the lanes that
-are decoding (C × decode time / (decode time + TTFT), two fixed-point passes). TTFT = prefill +
+are decoding (C × decode time / (decode time + TTFT), Little's law). Batch, TPOT and TTFT depend on
+each other, so the point is a fixed point: solved first on the prefill queue's closed form (a
+closed loop of N lanes and one server of P seconds a prompt, W workers: TTFT = max(P, C·P/W −
+think time)), then the prefill workers are replayed once at that think time and the decode step
+priced at the batch the replayed TTFT gives. (Two passes of the replay, as before 2026-12-01,
+stopped short of the point where the prefill queue binds: batches up to 1.5 × Little's.) TTFT = prefill +
 KV (and state) transfer over the link between the workers (NVLink inside an NVL72 rack, the NIC
 otherwise), in ``kv_transfer_latency_s`` + bytes / (link × GPUs of the prefill worker).
 A pipeline-parallel prefill worker pipelines its chunks (``PipelinedCost``): a step occupies one
@@ -65,7 +70,7 @@ stage, and each first token comes N − 1 stages of its last chunk later.
 
 **Two regimes at once.** The two replays of a point share nothing, so ``predict`` runs them side
 by side from ``PARALLEL_LANES`` lanes per worker (the lock-step one in a forked child,
-``perf.forked``; each fixed-point pass of a disaggregated point likewise): the same figures,
+``perf.forked``; a disaggregated point's prefill replay likewise): the same figures,
 sooner. Calibration keeps one process per row; its rows already run in parallel.
 
 For calibration the replay records, for every step, its resource demands and its weight in the
@@ -117,6 +122,9 @@ MAX_CONCURRENCY = 65_536
 #: Lanes per worker from which ``replay_aggregated(parallel=True)`` forks: there a replay takes
 #: ~0.1 s or more on this project's 2-core machine, against a few ms for the fork.
 PARALLEL_LANES = 256
+#: Iterations of a disaggregated point's closed-form fixed point at most (it is monotone and
+#: reaches its point in a handful: the decode batch is rounded to whole requests).
+MAX_FIXED_POINT = 64
 
 
 def check_concurrency(concurrency: int, name: str = "concurrency") -> None:
@@ -630,8 +638,8 @@ def replay_disaggregated(
     waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> ReplayResult:
     """Prefill workers replayed in closed loop; decode workers in steady state (module doc).
-    ``parallel`` and ``waiting`` as in ``replay_aggregated``: each fixed-point pass replays its
-    two regimes at once."""
+    ``parallel`` and ``waiting`` as in ``replay_aggregated``: the prefill replay runs its two
+    regimes at once."""
     for plan in (prefill_plan, decode_plan):
         if not plan.fits:
             raise TokenmillError(f"cannot replay: {plan.reason}")
@@ -682,20 +690,27 @@ def replay_disaggregated(
         kept = (reqs, first, log) if log is not None else None
         return _PrefillRun(_means(reqs, first)[0], len(reqs) - first, more, kept)
 
-    fork = parallel and not record and lanes >= PARALLEL_LANES
-    ttft = 0.0
-    runs: dict[int, _PrefillRun] = {}
-    for _ in range(2):
+    # the fixed point first on the queue's closed form, then once through the replay
+    per_prompt = _prefill_seconds_per_prompt(pcost, params, policy, isl, lanes)
+    workers = max(1, prefill_workers)
+    for _ in range(MAX_FIXED_POINT):
         think = (osl - 1) * tpot + xfer
-        runs = _replay_regimes(partial(run, think=think), syncs, fork, waiting)
-        t_pre = 0.0
-        for sync in syncs:
-            t_pre += (share if sync else 1.0 - share) * runs[sync].ttft
-            notes += [n for n in runs[sync].notes if n not in notes]
-        ttft = t_pre + drain + xfer + lat
-        decode_time = (osl - 1) * tpot
-        batch = per_worker * decode_time / (decode_time + ttft) if decode_time > 0 else per_worker
-        f_dec, tpot = decode_step(batch)
+        rate = workers * min(1.0 / per_prompt, lanes / (think + per_prompt))
+        estimate = max(per_prompt, concurrency / rate - think) + drain + xfer + lat
+        f_next, t_next = decode_step(_decoding(per_worker, (osl - 1) * tpot, estimate))
+        if t_next == tpot:
+            break
+        f_dec, tpot = f_next, t_next
+    think = (osl - 1) * tpot + xfer
+    fork = parallel and not record and lanes >= PARALLEL_LANES
+    runs = _replay_regimes(partial(run, think=think), syncs, fork, waiting)
+    t_pre = 0.0
+    for sync in syncs:
+        t_pre += (share if sync else 1.0 - share) * runs[sync].ttft
+        notes += [n for n in runs[sync].notes if n not in notes]
+    ttft = t_pre + drain + xfer + lat
+    batch = _decoding(per_worker, (osl - 1) * tpot, ttft)
+    f_dec, tpot = decode_step(batch)
     recorded = None
     if record:
         from tokenmill.perf.recorded import latency_rows, step_rows
@@ -714,6 +729,32 @@ def replay_disaggregated(
     return ReplayResult(
         ttft, tpot, e2e, lanes, max(1, prefill_workers), measured, batch, ctx, notes, recorded, in_flight=concurrency
     )
+
+
+def _decoding(lanes: float, decode_s: float, ttft_s: float) -> float:
+    """A decode worker's share of ``lanes`` that are decoding: each lane spends ``decode_s`` of
+    every ``decode_s + ttft_s`` there."""
+    return lanes * decode_s / (decode_s + ttft_s) if decode_s > 0 else lanes
+
+
+def _prefill_seconds_per_prompt(
+    cost: CostModel, params: PerfParams, policy: EnginePolicy, isl: int, lanes: int
+) -> float:
+    """Engine time one prompt of ``isl`` tokens costs a prefill worker that is kept busy: its
+    chunks if it is longer than a step's budget, else its share of a step of as many such prompts
+    as the budget (and the lanes) allow."""
+    chunk = policy.chunk_tokens
+    if isl >= chunk:
+        total, start = 0.0, 0
+        while start < isl:
+            n = min(chunk, isl - start)
+            f = cost.features(BatchShape(prefill=(PrefillWork(n, start, start + n == isl),)))
+            total += _seconds(f, params)
+            start += n
+        return total
+    k = max(1, min(lanes, chunk // isl))
+    f = cost.features(BatchShape(prefill=(PrefillWork(isl, 0, True),) * k))
+    return _seconds(f, params) / k
 
 
 def decode_breakdown(plan: MemoryPlan, params: PerfParams, batch: float, context: float) -> dict[str, Any]:
