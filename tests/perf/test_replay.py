@@ -108,10 +108,11 @@ def test_pipelined_stage_carries_its_share_of_the_layers() -> None:
 def test_disaggregated_point_is_a_fixed_point(concurrency: int, osl: int, decode_workers: int) -> None:
     """A decode worker holds its share of the lanes for the part of their cycle they decode
     (Little's law): batch = C / workers × D / (D + TTFT), D = (OSL − 1) × TPOT, with the TPOT and
-    TTFT the point reports. With the prefill worker saturated (8,000-token prompts, 0.2 s each on
-    one H100, for 256 or 512 lanes) the decode batch depends on the TTFT and the TTFT on the
+    TTFT the point reports. With the prefill worker saturated (8,000-token prompts, 0.25 s each
+    on one H100, for 256 or 512 lanes) the decode batch depends on the TTFT and the TTFT on the
     decode time, so two passes of the replay stopped short of the point: the batch came out 1.46
-    and 1.31 × Little's (first two cases). Unsaturated (64 lanes) every scheme agrees."""
+    and 1.31 × Little's (first two cases). With 64 lanes over 8 decode workers the batch is under
+    one request, priced as one, and every scheme agrees."""
     res = replay_disaggregated(PLAN, PLAN, 1, decode_workers, "sglang", 8000, osl, concurrency, PARAMS)
     decode_s = (osl - 1) * res.tpot_s
     little = concurrency / decode_workers * decode_s / (decode_s + res.ttft_s)
