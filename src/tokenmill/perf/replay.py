@@ -465,6 +465,18 @@ def _means(reqs: list[_Req], first_wave: int) -> tuple[float, float, float, int]
     return ttft, tpot, e2e, count
 
 
+def _regime_weight(share: float, sync: int) -> float:
+    """A regime's weight in a point's means: ``burst_share`` for lanes in lock step, the rest for
+    lanes drifted apart."""
+    return share if sync else 1.0 - share
+
+
+def _regimes(share: float, record: bool) -> list[int]:
+    """The regimes a point replays: those that weigh anything, or both when recording (a refit
+    may give either weight)."""
+    return [sync for sync in (1, 0) if record or _regime_weight(share, sync) > 0]
+
+
 def _replay_regimes(
     run: Callable[[int], _Run],
     syncs: list[int],
@@ -575,7 +587,7 @@ def replay_aggregated(
     if lanes * workers != concurrency:
         notes.append(f"{concurrency} lanes over {workers} workers: each replayed with {lanes}")
     share = params.burst_share
-    syncs = [sync for sync in (1, 0) if record or (share if sync else 1 - share) > 0]
+    syncs = _regimes(share, record)
 
     def run(sync: int) -> _RegimeRun:
         return _run_regime(plan, cost, params, policy, isl, osl, lanes, accept_length, record, stride, cohort, sync)
@@ -591,7 +603,7 @@ def replay_aggregated(
     batch, ctx = float(lanes), isl + osl / 2
     for sync in syncs:
         r = runs[sync]
-        w = share if sync else 1.0 - share
+        w = _regime_weight(share, sync)
         notes += [n for n in r.notes if n not in notes]
         ttft, tpot, e2e, measured = ttft + w * r.ttft, tpot + w * r.tpot, e2e + w * r.e2e, measured + r.measured
         if recorded is not None and r.recorded is not None:
@@ -681,7 +693,7 @@ def replay_disaggregated(
     f_dec, tpot = decode_step(batch)
     lanes = max(1, math.ceil(concurrency / max(1, prefill_workers)))
     share = params.burst_share
-    syncs = [sync for sync in (1, 0) if record or (share if sync else 1 - share) > 0]
+    syncs = _regimes(share, record)
 
     def run(sync: int, think: float) -> _PrefillRun:
         reqs, first, log, _, more = _closed_loop(
@@ -706,7 +718,7 @@ def replay_disaggregated(
     runs = _replay_regimes(partial(run, think=think), syncs, fork, waiting)
     t_pre = 0.0
     for sync in syncs:
-        t_pre += (share if sync else 1.0 - share) * runs[sync].ttft
+        t_pre += _regime_weight(share, sync) * runs[sync].ttft
         notes += [n for n in runs[sync].notes if n not in notes]
     ttft = t_pre + drain + xfer + lat
     batch = _decoding(per_worker, (osl - 1) * tpot, ttft)
