@@ -155,9 +155,11 @@ def test_any_layout_cell_is_predicted_or_skipped_with_a_reason(cells_by_column: 
 
 
 def test_unreadable_lengths_name_the_column_and_the_value() -> None:
-    for value in ("inf", "1e400", "-5", "0", "abc"):
+    for value in ("inf", "1e400", "-5", "0", "abc", "1024.5", "0.5"):
         got = interpret(row(isl=value), MODELS)
         assert isinstance(got, Skip) and got.reason == f"isl {value!r} is not a positive integer"
+    whole = interpret(row(isl="1024.0", osl="128"), MODELS)  # a whole number written as a float
+    assert isinstance(whole, RowSpec) and whole.isl == 1024
     missing = interpret(row(osl=""), MODELS)
     assert isinstance(missing, Skip) and missing.reason == "osl missing"
 
@@ -224,3 +226,35 @@ def test_lines_with_more_or_fewer_fields_than_the_header_are_skipped_with_the_co
     scored = score([predict_row(r, str(MODELS), load_table()) for r in rows])
     assert sorted(scored["by_model"]) == ["(empty)", "meta-llama/Llama-3.1-8B-Instruct"]
     assert scored["by_system"]["(empty)"]["rows"] == 1
+
+
+def test_an_unknown_precision_is_skipped_and_the_known_ones_set_the_cache() -> None:
+    bad = interpret(row(precision="fp2"), MODELS)
+    assert isinstance(bad, Skip)
+    assert bad.reason == "unknown precision 'fp2' (known: bf16, fp16, fp8, fp4, nvfp4, mxfp4, or empty)"
+    for precision, fp8_cache in (("", False), ("BF16", False), ("fp8", True), ("fp4", True), ("NVFP4", True)):
+        spec = interpret(row(precision=precision), MODELS)
+        assert isinstance(spec, RowSpec) and spec.agg is not None
+        assert (spec.agg.layout.kv_cache_dtype.value == "fp8_e4m3") is fp8_cache, precision
+
+
+def test_a_measured_value_that_is_not_a_positive_number_is_unscored_and_noted() -> None:
+    spec = interpret(row(silicon_ttft_ms="fast", silicon_tpot_ms="-3"), MODELS)
+    assert isinstance(spec, RowSpec) and spec.ttft_ms is None and spec.tpot_ms is None
+    assert "silicon_ttft_ms 'fast' is not a positive number: not scored" in spec.notes
+    assert "silicon_tpot_ms '-3' is not a positive number: not scored" in spec.notes
+    clean = interpret(row(), MODELS)
+    assert isinstance(clean, RowSpec) and not any("not scored" in n for n in clean.notes)
+
+
+def test_a_byte_order_mark_and_quoted_line_breaks_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    text = (
+        "id,backend,model_path,system,mode,isl,osl,batch_size,silicon_data_source\n"
+        'r1,vllm,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,1024,128,4,"run 7,\nsecond line"\n'
+    )
+    path.write_bytes(text.encode("utf-8-sig"))
+    rows, _ = read_measurements(path)
+    assert len(rows) == 1 and rows[0]["id"] == "r1"
+    assert rows[0]["silicon_data_source"] == "run 7,\nsecond line"
+    assert isinstance(interpret(rows[0], MODELS), RowSpec)

@@ -231,6 +231,9 @@ def test_load_trace_detects_the_format(tmp_path: Path) -> None:
         load_trace(bad)
     with pytest.raises(TokenmillError, match="cannot read"):
         load_trace(tmp_path / "missing.jsonl")
+    marked = tmp_path / "bom.jsonl"  # saved by an editor that marks UTF-8 with a byte-order mark
+    marked.write_bytes(b"\xef\xbb\xbf" + (FIXTURES / "agentx.jsonl").read_bytes())
+    assert load_trace(marked).requests == load_agentx_trace(FIXTURES / "agentx.jsonl").requests
 
 
 # ------------------------------------------------------------------ Parquet

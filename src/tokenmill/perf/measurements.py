@@ -27,7 +27,8 @@ assumptions, each reported on the rows it touches:
   fp8_block → FP8 (128×128 blocks for fp8_block), nvfp4 → NVFP4; empty → the checkpoint's own.
   A checkpoint already stored at the width the row names (DeepSeek's FP8, gpt-oss's MXFP4) is
   kept as stored. The KV cache is taken as FP8 for fp8/fp4 rows and BF16 otherwise (the engines'
-  setting in these recipes; the CSV does not say).
+  setting in these recipes; the CSV does not say); a ``precision`` outside bf16, fp16, fp8, fp4,
+  nvfp4, mxfp4 or empty skips the row.
 - **Models** are found in ``--models-dir`` as ``<org>--<name>_config.json``; failing that, by the
   name with the organisation, a ``Meta-`` prefix and ``-Instruct``/``-FP8``/``-NVFP4``/``-FP4``
   suffixes removed (``nvidia/Llama-3.1-8B-Instruct-FP8`` → ``meta-llama--Meta-Llama-3.1-8B``).
@@ -35,7 +36,10 @@ assumptions, each reported on the rows it touches:
 - **Cells.** ISL, OSL and the concurrency must be positive integers and the parallel sizes whole
   numbers (empty or 0 means 1); anything else (text, fractions, negatives, ``inf``, ``nan``)
   skips the row with the column and the value named, as does an unknown weight format. A measured
-  TTFT or TPOT that is not a finite positive number counts as not measured.
+  TTFT or TPOT that is not a finite positive number counts as not measured, and the row's notes
+  say so.
+- **The file** is UTF-8, with or without a spreadsheet's byte-order mark; quoted cells may hold
+  commas and line breaks.
 - **Disaggregated rows without batch sizes** (the collector did not record them) are predicted
   assuming one prefill worker and one decode worker of the given layouts, the decode worker
   holding all C requests; they are reported apart (``fully_specified = False``).
@@ -44,6 +48,7 @@ assumptions, each reported on the rows it touches:
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -67,6 +72,8 @@ BACKENDS = ("sglang", "vllm", "trtllm")
 MALFORMED = "_malformed"
 #: Weight formats a ``gemm_quant_mode``/``moe_quant_mode`` cell may name ("" = the checkpoint's own)
 QUANT_MODES = ("", "bf16", "fp16", "fp8", "fp8_block", "nvfp4")
+#: ``precision`` cells and whether the row's KV cache is taken as FP8 ("" = not recorded: BF16)
+PRECISIONS = {"": False, "bf16": False, "fp16": False, "fp8": True, "fp4": True, "nvfp4": True, "mxfp4": True}
 #: Share of GPU memory the benchmarked engines give weights and caches (vLLM
 #: ``--gpu-memory-utilization``, TRT-LLM's free-memory fraction and the recipes' SGLang
 #: ``--mem-fraction-static`` are set high in these sweeps; 4×B200 DeepSeek-R1 FP8 needs it).
@@ -134,12 +141,12 @@ def read_measurements(path: Path | str) -> tuple[list[dict[str, str]], bool]:
     """Rows of a measurements CSV, and whether it has the silicon (measured) columns."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the first column
     except OSError as exc:
         raise TokenmillError(f"--measurements: cannot read {p}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise TokenmillError(f"--measurements {p}: not a UTF-8 CSV file (byte {exc.start})") from None
-    reader = csv.DictReader(text.splitlines())
+    reader = csv.DictReader(io.StringIO(text, newline=""))  # quoted cells may hold line breaks
     cols = reader.fieldnames or []
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
@@ -171,8 +178,10 @@ def _number(row: dict[str, str], key: str) -> float | None:
 
 
 def _int(row: dict[str, str], key: str) -> int | None:
+    """The cell as a positive whole number ("1024" or "1024.0"), else None: a fraction such as
+    "1024.5" is refused, not truncated."""
     x = _number(row, key)
-    return int(x) if x is not None and x >= 1 else None
+    return int(x) if x is not None and x >= 1 and x.is_integer() else None
 
 
 #: A role's size columns (``prefill_``/``decode_`` prefixed for disaggregated rows)
@@ -349,8 +358,15 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
             return Skip(rid, f"unknown {col} {qmode!r} (known: {known}, or empty for the checkpoint's own)", row)
     mode = (row.get("mode") or "").strip().lower()
     precision = (row.get("precision") or "").strip().lower()
-    kv = KVDtype.FP8 if precision in ("fp8", "fp4") else KVDtype.BF16
+    if precision not in PRECISIONS:
+        known = ", ".join(q for q in PRECISIONS if q)
+        return Skip(rid, f"unknown precision {precision!r} (known: {known}, or empty)", row)
+    kv = KVDtype.FP8 if PRECISIONS[precision] else KVDtype.BF16
     notes: list[str] = [name_note] if name_note else []
+    for col in SILICON_COLUMNS:
+        raw = (row.get(col) or "").strip()
+        if raw and _number(row, col) is None:
+            notes.append(f"{col} {raw!r} is not a positive number: not scored")
     conc = row_concurrency(row)
     if conc is not None and conc < 1:
         return Skip(rid, f"silicon_concurrency={conc} in silicon_data_source is not a positive integer", row)

@@ -89,6 +89,7 @@ def _file_lines(path: Path) -> Iterator[str]:
         data = path.read_bytes()
     except OSError as exc:
         raise TokenmillError(f"{path}: cannot read the trace ({_one_line(exc.strerror or str(exc))})") from None
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark, as some editors save UTF-8
     for number, raw in enumerate(data.split(b"\n"), start=1):
         try:
             yield raw.decode("utf-8")
