@@ -79,6 +79,13 @@ def test_same_seed_gives_byte_identical_json(capsys: pytest.CaptureFixture[str])
         (("--workload", "trace:/no/such/file.jsonl"), "file.jsonl"),
         (("--slo-ttft-ms", "0"), "--slo-ttft-ms"),
         (("--requests-out", "x.txt"), "--requests-out"),
+        (("--max-time", "-1"), "--max-time must be a finite number of seconds > 0 (got -1.0)"),
+        (("--max-time", "nan"), "--max-time"),
+        (("--workload", "random", "--isl", "0"), "--isl must be an integer >= 1 (got 0)"),
+        (("--workload", "random", "--osl", "-3"), "--osl must be an integer >= 1 (got -3)"),
+        (("--seed", "-1"), "--seed must be an integer >= 0 (got -1)"),
+        (("--workload", "long-session", "--turns", "0"), "--turns must be an integer >= 1 (got 0)"),
+        (("--workload", "interference", "--probe-tokens", "0"), "--probe-tokens must be an integer >= 1 (got 0)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -202,3 +209,31 @@ def test_sweep_rates_sustained_and_figures(capsys: pytest.CaptureFixture[str], t
 def test_sweep_needs_something_to_do(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = cli(capsys, "sweep")
     assert code == 2 and "--rates" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (("--label", "a", "--label", "b"), "--label given 2 times for 1 layouts"),
+        (("--compare", "pool-ratio=2", "--label", "a", "--label", "a"), "two layouts share the name 'a'"),
+        (("--target", "1.5"), "--target must be in (0, 1] (got 1.5)"),
+        (("--target", "0"), "--target must be in (0, 1]"),
+        (("--find-sustained", "--rate-lo", "2", "--rate-hi", "1"), "--rate-lo and --rate-hi must satisfy 0 < lo < hi"),
+    ],
+)
+def test_sweep_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], needle: str
+) -> None:
+    code, out, err = cli(capsys, "sweep", "--rates", "0.5", "--duration", "5", "--json", *argv)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], err
+
+
+def test_sweep_names_a_compared_layout_that_describes_like_the_base_by_its_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the pool ratio is not part of a layout's description: both would be "TP8", one result lost
+    code, out, _ = cli(capsys, "sweep", "--rates", "0.5", "--duration", "5", "--compare", "pool-ratio=0.9", "--json")
+    assert code == 0
+    assert list(json.loads(out)["layouts"]) == ["TP8", "TP8 (pool-ratio=0.9)"]

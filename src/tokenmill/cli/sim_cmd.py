@@ -1,6 +1,7 @@
 """``tokenmill simulate`` and ``tokenmill sweep``: a deployment under traffic on the virtual clock."""
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -96,6 +97,15 @@ def _slo(ttft_ms: float, tpot_ms: float) -> Any:
     return SLO(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
 
 
+def _first_repeat(names: list[str]) -> str:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return ""
+
+
 def _print_summary(summary: dict[str, Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -151,6 +161,8 @@ def simulate(
     plan = build_plan(model, gpu, gpus, layout_flags or {})
     if chunk_tokens <= 0:
         raise TokenmillError(f"--chunk-tokens must be positive (got {chunk_tokens})")
+    if max_time is not None and not 0 < max_time < math.inf:  # also refuses nan
+        raise TokenmillError(f"--max-time must be a finite number of seconds > 0 (got {max_time})")
     slo = _slo(slo_ttft_ms, slo_tpot_ms)
     perf, notes = _perf(gpu, backend)
     options = SimOptions(
@@ -256,12 +268,22 @@ def sweep(
         raise TokenmillError("sweep needs --rates, --concurrencies or --find-sustained")
     if duration <= 0:
         raise TokenmillError(f"--duration must be > 0 (got {duration})")
+    if not 0 < target <= 1:  # also refuses nan
+        raise TokenmillError(f"--target must be in (0, 1] (got {target})")
+    if find_sustained and not 0 < rate_lo < rate_hi < math.inf:
+        raise TokenmillError(f"--rate-lo and --rate-hi must satisfy 0 < lo < hi (got {rate_lo}, {rate_hi})")
     plans = [base]
     for item in compare or []:
         layout, n = _apply_overrides(base.layout, item, gpus)
         plans.append(plan_memory(base.model, base.gpu, n, layout))
     names = list(label or [])
-    names += [p.layout.describe() for p in plans[len(names) :]]
+    if len(names) > len(plans):
+        raise TokenmillError(f"--label given {len(names)} times for {len(plans)} layouts (the base, one per --compare)")
+    for i in range(len(names), len(plans)):  # unnamed layouts: described, with the --compare item where that repeats
+        name = plans[i].layout.describe()
+        names.append(f"{name} ({(compare or [])[i - 1]})" if i and name in names else name)
+    if len(set(names)) < len(names):
+        raise TokenmillError(f"two layouts share the name {_first_repeat(names)!r}: give each its own --label")
     results: dict[str, Any] = {"slo": {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}, "layouts": {}}
     show = not json_out and sys.stderr.isatty()
     with Progress(disable=not show, transient=True) as progress:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from tokenmill.errors import TokenmillError
+from tokenmill.workload._checks import check_fraction, check_int
 from tokenmill.workload.arrivals import MAX_REQUESTS
 from tokenmill.workload.request import Workload
 
@@ -43,6 +44,13 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
         raise TokenmillError(f"--duration must be a finite number > 0 (got {opts.duration_s})")
     if opts.num_requests is not None and not 0 < opts.num_requests <= MAX_REQUESTS:
         raise TokenmillError(f"--num-requests must be between 1 and {MAX_REQUESTS:,} (got {opts.num_requests:,})")
+    # the generators check their own arguments too, under their own names; here they are the flags
+    check_int("--seed", opts.seed, 0)
+    for flag, value in (("--isl", opts.isl), ("--osl", opts.osl), ("--sessions", opts.sessions)):
+        check_int(flag, value, 1)
+    check_int("--turns", opts.turns, 1)
+    check_int("--probe-tokens", opts.probe_tokens, 1)
+    check_fraction("--random-range-ratio", opts.range_ratio)
     n, dur = opts.num_requests, opts.duration_s
     if name == "fresh":
         if opts.concurrency is not None:
