@@ -3,6 +3,7 @@
 import json
 import math
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -95,15 +96,6 @@ def _slo(ttft_ms: float, tpot_ms: float) -> Any:
     if ttft_ms <= 0 or tpot_ms <= 0:
         raise TokenmillError("--slo-ttft-ms and --slo-tpot-ms must be > 0")
     return SLO(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
-
-
-def _first_repeat(names: list[str]) -> str:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            return name
-        seen.add(name)
-    return ""
 
 
 def _print_summary(summary: dict[str, Any], title: str) -> None:
@@ -282,8 +274,9 @@ def sweep(
     for i in range(len(names), len(plans)):  # unnamed layouts: described, with the --compare item where that repeats
         name = plans[i].layout.describe()
         names.append(f"{name} ({(compare or [])[i - 1]})" if i and name in names else name)
-    if len(set(names)) < len(names):
-        raise TokenmillError(f"two layouts share the name {_first_repeat(names)!r}: give each its own --label")
+    repeated = [name for name, n in Counter(names).items() if n > 1]
+    if repeated:
+        raise TokenmillError(f"two layouts share the name {repeated[0]!r}: give each its own --label")
     results: dict[str, Any] = {"slo": {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}, "layouts": {}}
     show = not json_out and sys.stderr.isatty()
     with Progress(disable=not show, transient=True) as progress:
