@@ -76,3 +76,14 @@ def test_engine_memory_that_is_no_number_or_more_than_the_machine_is_refused(
         main([*command, "--memory-gib", value])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and err.startswith("error: --memory-gib must be > 0 and at most") and "\n" not in err
+
+
+@pytest.mark.parametrize("host", ["", " ", "local host"])
+def test_serve_refuses_an_empty_or_spaced_host_before_loading_anything(
+    host: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--host", host])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err.startswith("error: --host must be an address or a name") and "\n" not in err

@@ -168,6 +168,9 @@ def serve(
     """Serve a model over the OpenAI API (chat, completions, streaming), with /health and /metrics."""
     if not 0 < port < 65536:
         raise TokenmillError(f"--port must be in 1..65535 (got {port})")
+    if not host.strip() or any(c.isspace() for c in host):
+        # an empty host would bind every interface: say it (0.0.0.0) rather than mistype it
+        raise TokenmillError(f"--host must be an address or a name, e.g. 127.0.0.1 or 0.0.0.0 (got {host!r})")
     if max_queue <= 0:
         raise TokenmillError(f"--max-queue must be positive (got {max_queue})")
     import uvicorn
