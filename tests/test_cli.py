@@ -201,6 +201,8 @@ BAD_INPUT = [
     (["--gpus", "0"], "--gpus"),
     (["--mem-fraction-static", "1.5"], "--mem-fraction-static"),
     (["--speculative", "dspark:7", "--model", "llama-3.1-8b", "--tp", "8"], "--speculative"),
+    (["--search", "--top", "0"], "--top must be a positive integer (got 0)"),
+    (["--search", "--top", "-1"], "--top must be a positive integer (got -1)"),
 ]
 
 

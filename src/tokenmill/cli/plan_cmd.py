@@ -163,6 +163,8 @@ def plan(
 
     if action not in (None, "ratio"):
         raise TokenmillError(f"plan takes no argument but `ratio` (got {action!r})")
+    if top < 1:  # a slice [:0] shows nothing and [:-1] all but the last: neither is what was asked
+        raise TokenmillError(f"--top must be a positive integer (got {top})")
     flags = layout_flags or {}
     spec = load_model(model, flags.get("expert_format"))
     hw = load_gpu_flag(gpu)
