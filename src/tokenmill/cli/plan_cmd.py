@@ -2,6 +2,7 @@
 and the memory figures."""
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -223,12 +224,16 @@ def _plan_ratio(spec: Any, hw: Any, gpus: int, layout: Any, json_out: bool) -> N
 
 def _plan_search(spec: Any, hw: Any, gpus: int, layout: Any, json_out: bool, top: int) -> None:
     from rich.console import Console
+    from rich.progress import Progress
     from rich.table import Table
 
     from tokenmill.plan.search import search_layouts
     from tokenmill.units import GiB
 
-    results = search_layouts(spec, hw, gpus, layout)
+    # hundreds of layouts on a large GPU count take seconds: a bar on a terminal, quiet with --json
+    with Progress(disable=json_out or not sys.stderr.isatty(), transient=True) as bar:
+        task = bar.add_task("planning layouts", total=None)
+        results = search_layouts(spec, hw, gpus, layout, lambda done, n: bar.update(task, completed=done, total=n))
     fitting = [c for c in results if c.fits]
     rejected = [c for c in results if not c.fits]
     if json_out:
