@@ -87,3 +87,21 @@ def test_serve_refuses_an_empty_or_spaced_host_before_loading_anything(
         main(["serve", "--host", host])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and err.startswith("error: --host must be an address or a name") and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-tokens", "0", "--max-tokens must be a positive integer (got 0)"),
+        ("--temperature", "-1", "--temperature must be a finite number >= 0 (got -1.0)"),
+        ("--top-p", "2", "--top-p must be in (0, 1] (got 2.0)"),
+        ("--top-k", "-1", "--top-k must be >= 0 (got -1)"),
+    ],
+)
+def test_generate_names_the_sampling_flag_it_refuses(
+    flag: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "--prompt", "hi", flag, value])
+    assert exc.value.code == 2 and capsys.readouterr().err.strip() == f"error: {message}"

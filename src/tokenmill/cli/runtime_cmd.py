@@ -125,9 +125,13 @@ def generate(
     from tokenmill.runtime.llm import LLM
     from tokenmill.runtime.sampling import SamplingParams
 
-    params = SamplingParams(
-        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, ignore_eos=ignore_eos
-    )
+    try:
+        params = SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, ignore_eos=ignore_eos
+        )
+    except TokenmillError as exc:  # its messages name the API's fields (max_tokens …); here they are flags
+        field, _, rest = str(exc).partition(" ")
+        raise TokenmillError(f"--{field.replace('_', '-')} {rest}") from None
     opts = _engine_options_from(locals())
     llm = LLM(model, opts)
     prompts: list[list[int]] | list[str] = [ids] if ids is not None else [prompt or ""]
