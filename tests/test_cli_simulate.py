@@ -214,7 +214,7 @@ def test_sweep_needs_something_to_do(capsys: pytest.CaptureFixture[str]) -> None
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (("--label", "a", "--label", "b"), "--label given 2 times for 1 layouts"),
+        (("--label", "a", "--label", "b"), "2 --label values for 1 layout(s): the base and one per --compare"),
         (("--compare", "pool-ratio=2", "--label", "a", "--label", "a"), "two layouts share the name 'a'"),
         (("--target", "1.5"), "--target must be in (0, 1] (got 1.5)"),
         (("--target", "0"), "--target must be in (0, 1]"),

@@ -270,7 +270,7 @@ def sweep(
         plans.append(plan_memory(base.model, base.gpu, n, layout))
     names = list(label or [])
     if len(names) > len(plans):
-        raise TokenmillError(f"--label given {len(names)} times for {len(plans)} layouts (the base, one per --compare)")
+        raise TokenmillError(f"{len(names)} --label values for {len(plans)} layout(s): the base and one per --compare")
     for i in range(len(names), len(plans)):  # unnamed layouts: described, with the --compare item where that repeats
         name = plans[i].layout.describe()
         names.append(f"{name} ({(compare or [])[i - 1]})" if i and name in names else name)
