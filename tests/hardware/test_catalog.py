@@ -157,6 +157,12 @@ def test_user_toml_path_loads(tmp_path: Path) -> None:
     assert gpu.memory_sold_bytes == 96 * GB
 
 
+def test_user_toml_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    path = tmp_path / "testgpu.toml"  # as some Windows editors save UTF-8
+    path.write_bytes(b"\xef\xbb\xbf" + VALID_TOML.encode())
+    assert load_gpu(str(path)).name == "testgpu"
+
+
 def test_missing_user_toml_path_is_a_tokenmill_error(tmp_path: Path) -> None:
     with pytest.raises(TokenmillError) as exc:
         load_gpu(str(tmp_path / "nope.toml"))

@@ -258,3 +258,14 @@ def test_a_byte_order_mark_and_quoted_line_breaks_are_read(tmp_path: Path) -> No
     assert len(rows) == 1 and rows[0]["id"] == "r1"
     assert rows[0]["silicon_data_source"] == "run 7,\nsecond line"
     assert isinstance(interpret(rows[0], MODELS), RowSpec)
+
+
+def test_a_broken_config_in_the_models_dir_is_a_skip_reason_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "meta-llama--Meta-Llama-3.1-8B_config.json").write_bytes(b"\x00\xff{")
+    (tmp_path / "Qwen--Qwen3-32B_config.json").write_text('{"model_type": ')
+    binary = predict_row(row(), str(tmp_path), load_table())
+    assert binary.ttft_ms is None
+    assert binary.skipped_reason.endswith("meta-llama--Meta-Llama-3.1-8B_config.json: not a UTF-8 JSON file (byte 1)")
+    truncated = predict_row(row(model_path="Qwen/Qwen3-32B"), str(tmp_path), load_table())
+    assert truncated.ttft_ms is None
+    assert "Qwen--Qwen3-32B_config.json: not valid JSON (line 1: Expecting value)" in truncated.skipped_reason

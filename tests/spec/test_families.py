@@ -512,3 +512,14 @@ def test_model_directory_with_config_json(tmp_path: Path) -> None:
 
 def test_preset_names_are_case_and_space_insensitive() -> None:
     assert load_model("  Kimi-K3 ").name == "kimi-k3"
+
+
+def test_a_config_file_that_is_not_utf8_json_is_one_line_and_a_bom_is_read(tmp_path: Path) -> None:
+    binary = tmp_path / "config.json"
+    binary.write_bytes(b"\x00\xff\xfe" * 10)
+    with pytest.raises(TokenmillError, match=r"^.*config\.json: not a UTF-8 JSON file \(byte 1\)$"):
+        load_model(str(binary))
+    preset = (resources.files("tokenmill.spec") / "presets" / PRESETS["llama-3.1-8b"].file).read_bytes()
+    marked = tmp_path / "marked.json"  # saved by an editor that marks UTF-8 with a byte-order mark
+    marked.write_bytes(b"\xef\xbb\xbf" + preset)
+    assert load_model(str(marked)).num_layers == 32

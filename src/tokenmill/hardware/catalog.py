@@ -345,7 +345,7 @@ def load_gpu(name: str) -> GPU:
     if _looks_like_path(name):
         path = Path(name).expanduser()
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")  # TOML is UTF-8; an editor's BOM is not content
         except FileNotFoundError:
             raise TokenmillError(f"GPU file '{name}' not found") from None
         except (OSError, UnicodeDecodeError) as exc:
@@ -360,7 +360,7 @@ def load_gpu(name: str) -> GPU:
     for stem in dict.fromkeys((name.strip().lower(), key)):  # as written (my-box), then normalised
         local = user_hardware_dir() / f"{stem}.toml"
         if _NAME_RE.fullmatch(stem) and local.is_file():
-            return parse_gpu_toml(local.read_text(encoding="utf-8"), str(local))
+            return parse_gpu_toml(local.read_text(encoding="utf-8-sig"), str(local))
     measured = local_hardware_names()
     hint = f"; measured here: {', '.join(measured)}" if measured else ""
     how = " (`tokenmill calibrate local` measures this machine as `cpu`)" if key == "cpu" else ""

@@ -47,6 +47,7 @@ assumptions, each reported on the rows it touches:
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
@@ -437,8 +438,19 @@ def _fp8_rules(block: bool) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=128)
-def _raw_config(path: str) -> str:
-    return Path(path).read_text()
+def _raw_config(path: str) -> dict[str, Any]:
+    """A config from ``--models-dir`` as a JSON object, or a one-line error naming the file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+    except OSError as exc:
+        raise TokenmillError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TokenmillError(f"{path}: not a UTF-8 JSON file (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise TokenmillError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise TokenmillError(f"{path}: a config must hold a JSON object")
+    return data
 
 
 def _checkpoint_width(config: dict[str, Any]) -> int | None:
@@ -465,7 +477,7 @@ def _drop_quantization(config: dict[str, Any]) -> None:
 @lru_cache(maxsize=128)
 def model_for_row(config_path: str, gemm_mode: str, moe_mode: str) -> ModelSpec:
     """The model spec of a row: its config with the row's weight formats applied."""
-    config = json.loads(_raw_config(config_path))
+    config = copy.deepcopy(_raw_config(config_path))  # the cached object is shared: edit a copy
     name = Path(config_path).name.removesuffix("_config.json")
     modes = {gemm_mode, moe_mode} - {""}
     if not modes:

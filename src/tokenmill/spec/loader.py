@@ -25,9 +25,11 @@ _TEXT_WRAPPERS = {"kimi_k3", "kimi_vl", "qwen3_5_moe_vl", "llava", "mistral3"}
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # JSON is UTF-8; an editor's BOM is not content
     except OSError as exc:
         raise TokenmillError(f"cannot read model config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TokenmillError(f"{path}: not a UTF-8 JSON file (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise TokenmillError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict):
