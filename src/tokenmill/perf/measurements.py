@@ -50,7 +50,6 @@ from __future__ import annotations
 import copy
 import csv
 import io
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -60,6 +59,7 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU, load_gpu
+from tokenmill.jsonfile import read_json_object
 from tokenmill.plan.layout import KVDtype, Layout, PrefixCache
 from tokenmill.spec.formats import WeightFormat
 from tokenmill.spec.loader import model_from_config
@@ -439,18 +439,8 @@ def _fp8_rules(block: bool) -> dict[str, Any]:
 
 @lru_cache(maxsize=128)
 def _raw_config(path: str) -> dict[str, Any]:
-    """A config from ``--models-dir`` as a JSON object, or a one-line error naming the file."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
-    except OSError as exc:
-        raise TokenmillError(f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise TokenmillError(f"{path}: not a UTF-8 JSON file (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise TokenmillError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(data, dict):
-        raise TokenmillError(f"{path}: a config must hold a JSON object")
-    return data
+    """A config from ``--models-dir``, read once per run (or a one-line error naming the file)."""
+    return read_json_object(path)
 
 
 def _checkpoint_width(config: dict[str, Any]) -> int | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.errors import TokenmillError
+from tokenmill.jsonfile import read_json_object, read_json_text
 
 DEFAULT_CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
@@ -39,10 +40,15 @@ class Tokenizer:
             path = directory / "tokenizer.json"
             if not path.exists():
                 raise TokenmillError(f"{directory}: no tokenizer.json (a Hugging Face fast tokenizer is required)")
-            tok_json = path.read_text()
+            tok_json = read_json_text(path)
             cfg_path = directory / "tokenizer_config.json"
-            cfg_text = cfg_path.read_text() if cfg_path.exists() else "{}"
-        self._tok = HFTokenizer.from_str(tok_json)
+            cfg_text = json.dumps(read_json_object(cfg_path)) if cfg_path.exists() else "{}"
+        try:
+            self._tok = HFTokenizer.from_str(tok_json)
+        except Exception as exc:  # the library's own parse error: a Rust message, sometimes several lines
+            where = "the bundled tokenizer" if directory is None else str(directory / "tokenizer.json")
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise TokenmillError(f"{where}: not a tokenizer the tokenizers library reads ({first})") from None
         self.config: dict[str, Any] = json.loads(cfg_text)
         self.chat_template: str = self.config.get("chat_template") or DEFAULT_CHAT_TEMPLATE
         eos = self.config.get("eos_token")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.errors import TokenmillError
+from tokenmill.jsonfile import read_json_object
 from tokenmill.spec.builders import InventoryBuilder
 from tokenmill.spec.config_reader import ConfigReader
 from tokenmill.spec.families import PARSERS
@@ -21,20 +22,6 @@ _TEXT_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_5_moe", "qwen3_next_text": "qwen
 
 # Wrappers whose language model sits in ``text_config``.
 _TEXT_WRAPPERS = {"kimi_k3", "kimi_vl", "qwen3_5_moe_vl", "llava", "mistral3"}
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))  # JSON is UTF-8; an editor's BOM is not content
-    except OSError as exc:
-        raise TokenmillError(f"cannot read model config {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise TokenmillError(f"{path}: not a UTF-8 JSON file (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise TokenmillError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(data, dict):
-        raise TokenmillError(f"{path}: a config.json must hold a JSON object")
-    return data
 
 
 def model_from_config(
@@ -113,6 +100,6 @@ def load_model(ref: str, expert_format: WeightFormat | str | None = None) -> Mod
     if not path.exists():
         known = ", ".join(sorted(PRESETS))
         raise TokenmillError(f"--model {ref!r} is neither a preset ({known}) nor a config.json path or model directory")
-    config = _read_json(path)
+    config = read_json_object(path)
     name = path.parent.name if path.name == "config.json" else path.stem.removesuffix("_config")
     return model_from_config(config, name, str(path), fmt)

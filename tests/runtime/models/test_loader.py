@@ -84,6 +84,16 @@ def test_index_naming_a_missing_shard(deepseek_ckpt: tuple[Path, Any], tmp_path:
     assert shard.name in load_error(path)
 
 
+def test_an_index_without_a_weight_map_or_not_utf8_is_one_line(deepseek_ckpt: tuple[Path, Any], tmp_path: Path) -> None:
+    path = tmp_path / "c"
+    shutil.copytree(deepseek_ckpt[0], path)
+    index = path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}}))
+    assert load_error(path).endswith("not a safetensors index (no weight_map of tensor names to files)")
+    index.write_bytes(b"\xff\xfe")
+    assert load_error(path).endswith("model.safetensors.index.json: not a UTF-8 JSON file (byte 0)")
+
+
 def test_mtp_layers_are_skipped(deepseek_ckpt: tuple[Path, Any], tmp_path: Path) -> None:
     """DeepSeek's multi-token-prediction layer (index num_hidden_layers) is ignored, as transformers does."""
     path = tmp_path / "c"

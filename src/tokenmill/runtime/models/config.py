@@ -8,13 +8,13 @@ here, once, so the modules read plain fields and never guess.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tokenmill.errors import TokenmillError
+from tokenmill.jsonfile import read_json_object
 
 FAMILIES = ("kimi_linear", "deepseek_v3")
 
@@ -113,12 +113,7 @@ def read_config(path: str | Path) -> tuple[ModelConfig, bool]:
     file = Path(path) / "config.json"
     if not file.is_file():
         raise TokenmillError(f"{path}: no config.json")
-    try:
-        raw = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise TokenmillError(f"{file}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(raw, dict):
-        raise TokenmillError(f"{file}: expected a JSON object")
+    raw = read_json_object(file)
     nested = isinstance(raw.get("text_config"), dict)
     return parse_config(raw), nested
 

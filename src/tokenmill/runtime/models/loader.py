@@ -16,7 +16,6 @@ after reading only the headers, before any weight is copied. Known extras are sk
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 
 from tokenmill.errors import TokenmillError
+from tokenmill.jsonfile import read_json_object
 from tokenmill.runtime.models.base import CausalLM
 from tokenmill.runtime.models.config import ModelConfig, read_config
 from tokenmill.runtime.models.model import HybridLM
@@ -52,10 +52,9 @@ def weight_files(path: Path) -> dict[str, Path]:
     """Tensor name → file, from ``model.safetensors.index.json`` or a single ``model.safetensors``."""
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise TokenmillError(f"{index}: not a safetensors index (no weight_map)") from None
+        weight_map = read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+            raise TokenmillError(f"{index}: not a safetensors index (no weight_map of tensor names to files)")
         files = {name: path / file for name, file in weight_map.items()}
         for file in sorted(set(files.values())):
             if not file.is_file():
