@@ -7,12 +7,35 @@ exactly the same flags with the same help.
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from tokenmill.errors import TokenmillError
+
+FIGURE_SUFFIXES = (".png", ".svg")
+
+
+def check_output(flag: str, path: Path | None, suffixes: tuple[str, ...] = ()) -> None:
+    """Refuse, before any work, an output file the command could not write at the end: a suffix
+    it does not write, a folder that is missing, a directory where the file should be. A command
+    writes everything it was asked to or nothing, and a long run should not end in a traceback at
+    its last file."""
+    if path is None:
+        return
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise TokenmillError(f"{flag} must end in {' or '.join(suffixes)} (got {path.name!r})")
+    folder = path.parent
+    if path.is_dir():
+        raise TokenmillError(f"{flag}: {path} is a directory, not a file")
+    if not folder.is_dir():
+        raise TokenmillError(f"{flag}: cannot write {path}: no such directory {folder}")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise TokenmillError(f"{flag}: cannot write {path}: permission denied")
+
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Preset name, config.json path or model directory.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU name from `tokenmill gpus`, or a .toml file.")]

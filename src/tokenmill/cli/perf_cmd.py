@@ -10,7 +10,16 @@ from typing import Annotated, Any
 
 import typer
 
-from tokenmill.cli.options import GpuOpt, GpusOpt, JsonOpt, ModelOpt, build_plan, with_layout_options
+from tokenmill.cli.options import (
+    FIGURE_SUFFIXES,
+    GpuOpt,
+    GpusOpt,
+    JsonOpt,
+    ModelOpt,
+    build_plan,
+    check_output,
+    with_layout_options,
+)
 from tokenmill.errors import TokenmillError
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Engine whose constants to use: sglang|vllm|trtllm.")]
@@ -320,11 +329,11 @@ def evaluate(
     for flag, value in (("--accuracy-out", accuracy_out), ("--figure", figures or None)):
         if value is not None and not silicon:
             raise TokenmillError(f"{flag}: needs the silicon_ttft_ms and silicon_tpot_ms columns in --measurements")
-    if figures:
-        from tokenmill.report.memory_figures import _check_suffix
-
-        for path in figures:
-            _check_suffix(path)  # before the replay, not after it
+    # every output checked before the replay, not found unwritable after it with some written
+    check_output("--out", out)
+    check_output("--accuracy-out", accuracy_out)
+    for path in figures:
+        check_output("--figure", path, FIGURE_SUFFIXES)
     table = load_table(params_file)
     with _progress(len(rows), json_out, "predicting") as bar:
         preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar)
@@ -434,6 +443,7 @@ def fit(
             raise TokenmillError(f"{name} must be positive (got {v})")
     if max_rows is not None and max_rows <= 0:
         raise TokenmillError(f"--max-rows must be positive (got {max_rows})")
+    check_output("--out", out)  # before a fit of many minutes, not after it
     table = load_table(start) if start is not None else ParamTable()
     msgs: list[str] = []
     log = msgs.append if json_out else (lambda m: print(m, file=sys.stderr))

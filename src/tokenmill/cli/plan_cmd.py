@@ -9,10 +9,12 @@ from typing import Annotated, Any
 import typer
 
 from tokenmill.cli.options import (
+    FIGURE_SUFFIXES,
     GpuOpt,
     GpusOpt,
     JsonOpt,
     ModelOpt,
+    check_output,
     layout_from_flags,
     load_gpu_flag,
     with_layout_options,
@@ -166,6 +168,8 @@ def plan(
         raise TokenmillError(f"plan takes no argument but `ratio` (got {action!r})")
     if top < 1:  # a slice [:0] shows nothing and [:-1] all but the last: neither is what was asked
         raise TokenmillError(f"--top must be a positive integer (got {top})")
+    check_output("--figure", figure, FIGURE_SUFFIXES)
+    check_output("--state-figure", state_figure, FIGURE_SUFFIXES)
     flags = layout_flags or {}
     spec = load_model(model, flags.get("expert_format"))
     hw = load_gpu_flag(gpu)

@@ -9,7 +9,16 @@ from typing import Annotated, Any
 
 import typer
 
-from tokenmill.cli.options import GpuOpt, GpusOpt, JsonOpt, ModelOpt, build_plan, with_layout_options
+from tokenmill.cli.options import (
+    FIGURE_SUFFIXES,
+    GpuOpt,
+    GpusOpt,
+    JsonOpt,
+    ModelOpt,
+    build_plan,
+    check_output,
+    with_layout_options,
+)
 from tokenmill.errors import TokenmillError
 
 WorkloadOpt = Annotated[
@@ -150,6 +159,8 @@ def simulate(
     from tokenmill.sim import simulate as run
     from tokenmill.sim.summary import interference_loss, request_rows, simulation_summary, write_request_rows
 
+    check_output("--requests-out", requests_out, (".csv", ".parquet"))
+    check_output("--figure", figure, FIGURE_SUFFIXES)
     plan = build_plan(model, gpu, gpus, layout_flags or {})
     if chunk_tokens <= 0:
         raise TokenmillError(f"--chunk-tokens must be positive (got {chunk_tokens})")
@@ -251,6 +262,8 @@ def sweep(
     from tokenmill.sim.summary import simulation_summary
     from tokenmill.workload.sustained import find_sustained_rate
 
+    check_output("--figure", figure, FIGURE_SUFFIXES)
+    check_output("--latency-figure", latency_figure, FIGURE_SUFFIXES)
     base = build_plan(model, gpu, gpus, layout_flags or {})
     slo = _slo(slo_ttft_ms, slo_tpot_ms)
     perf, notes = _perf(gpu, backend)

@@ -1,0 +1,87 @@
+"""Output files: a command writes everything it was asked to or nothing. An output it could not
+write at the end (a missing folder, a directory in its place, a suffix it does not write) is
+refused before any work, in one line, with nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import cli
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, out, err = cli(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.strip() == f"error: {message}", err
+
+
+def test_simulate_writes_no_rows_when_its_figure_cannot_be_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.csv"
+    missing = tmp_path / "no" / "fig.png"
+    base = ["simulate", "--duration", "5", "--json", "--requests-out", str(rows)]
+    _refused(
+        capsys,
+        [*base, "--figure", str(missing)],
+        f"--figure: cannot write {missing}: no such directory {missing.parent}",
+    )
+    _refused(capsys, [*base, "--figure", str(tmp_path / "f.jpg")], "--figure must end in .png or .svg (got 'f.jpg')")
+    assert not rows.exists()
+    _refused(
+        capsys,
+        ["simulate", "--requests-out", str(tmp_path), "--json"],
+        f"--requests-out must end in .csv or .parquet (got {tmp_path.name!r})",
+    )
+
+
+def test_a_directory_where_the_figure_should_be_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = tmp_path / "bars.png"
+    folder.mkdir()
+    _refused(capsys, ["plan", "--figure", str(folder)], f"--figure: {folder} is a directory, not a file")
+
+
+def test_sweep_checks_both_figures_before_simulating(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "latency.svg"
+    _refused(
+        capsys,
+        [
+            "sweep",
+            "--rates",
+            "0.5",
+            "--duration",
+            "5",
+            "--figure",
+            str(tmp_path / "a.png"),
+            "--latency-figure",
+            str(missing),
+        ],
+        f"--latency-figure: cannot write {missing}: no such directory {missing.parent}",
+    )
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_evaluate_and_fit_check_their_outputs_before_replaying(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    csv = tmp_path / "m.csv"
+    csv.write_text(
+        "id,backend,model_path,system,mode,isl,osl,batch_size,silicon_ttft_ms,silicon_tpot_ms\n"
+        "r1,vllm,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,1024,128,4,60,7\n"
+    )
+    pred = tmp_path / "pred.csv"
+    missing = tmp_path / "no" / "acc.json"
+    common = ["--measurements", str(csv), "--models-dir", str(tmp_path)]
+    _refused(
+        capsys,
+        ["calibrate", "evaluate", *common, "--out", str(pred), "--accuracy-out", str(missing)],
+        f"--accuracy-out: cannot write {missing}: no such directory {missing.parent}",
+    )
+    assert not pred.exists()
+    _refused(
+        capsys,
+        ["calibrate", "fit", *common, "--out", str(missing)],
+        f"--out: cannot write {missing}: no such directory {missing.parent}",
+    )
