@@ -15,7 +15,8 @@ from tokenmill.errors import TokenmillError
 
 
 def read_json_text(path: Path | str) -> str:
-    """The text of a JSON file, for a parser of its own (a tokenizer's), with the errors above."""
+    """The text of a JSON file, for a parser of its own (a tokenizer's): unreadable or not UTF-8
+    is the same one-line error as for ``read_json_object``."""
     p = Path(path)
     try:
         return p.read_text(encoding="utf-8-sig")

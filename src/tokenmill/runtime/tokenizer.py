@@ -34,22 +34,22 @@ class Tokenizer:
 
         if directory is None:
             assets = resources.files("tokenmill.runtime") / "assets"
-            tok_json = assets.joinpath("tokenizer.json").read_text()
-            cfg_text = assets.joinpath("tokenizer_config.json").read_text()
+            tok_json = assets.joinpath("tokenizer.json").read_text(encoding="utf-8")
+            config: dict[str, Any] = json.loads(assets.joinpath("tokenizer_config.json").read_text(encoding="utf-8"))
         else:
             path = directory / "tokenizer.json"
             if not path.exists():
                 raise TokenmillError(f"{directory}: no tokenizer.json (a Hugging Face fast tokenizer is required)")
             tok_json = read_json_text(path)
             cfg_path = directory / "tokenizer_config.json"
-            cfg_text = json.dumps(read_json_object(cfg_path)) if cfg_path.exists() else "{}"
+            config = read_json_object(cfg_path) if cfg_path.exists() else {}
         try:
             self._tok = HFTokenizer.from_str(tok_json)
         except Exception as exc:  # the library's own parse error: a Rust message, sometimes several lines
             where = "the bundled tokenizer" if directory is None else str(directory / "tokenizer.json")
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise TokenmillError(f"{where}: not a tokenizer the tokenizers library reads ({first})") from None
-        self.config: dict[str, Any] = json.loads(cfg_text)
+        self.config = config
         self.chat_template: str = self.config.get("chat_template") or DEFAULT_CHAT_TEMPLATE
         eos = self.config.get("eos_token")
         if isinstance(eos, dict):
