@@ -11,6 +11,7 @@ def models(json_out: JsonOpt = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tokenmill.cli.tables import print_table
     from tokenmill.spec import PRESETS, load_model
     from tokenmill.units import GiB
 
@@ -48,7 +49,7 @@ def models(json_out: JsonOpt = False) -> None:
             f"{row['active_params'] / 1e9:,.1f}",
             f"{row['checkpoint_bytes'] / GiB:,.1f}",
         )
-    Console().print(t)
+    print_table(Console(), t)
 
 
 def gpus(json_out: JsonOpt = False) -> None:
@@ -56,6 +57,7 @@ def gpus(json_out: JsonOpt = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tokenmill.cli.tables import print_table
     from tokenmill.hardware import GPU_TABLE_COLUMNS, gpu_table_rows, list_gpus
 
     catalog = list_gpus(include_local=True)
@@ -67,4 +69,4 @@ def gpus(json_out: JsonOpt = False) -> None:
         t.add_column(col, justify="left" if col == "GPU" else "right")
     for row in gpu_table_rows(catalog):
         t.add_row(*(row[c] for c in GPU_TABLE_COLUMNS))
-    Console().print(t)
+    print_table(Console(), t)

@@ -245,6 +245,8 @@ def local(
     from rich.console import Console
     from rich.table import Table
 
+    from tokenmill.cli.tables import print_table
+
     t = Table(title=f"{name}: measured on this machine", show_edge=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
@@ -258,7 +260,7 @@ def local(
     t.add_row("server front end per request", f"{stream.seconds_per_request * 1e3:.3f} ms")
     t.add_row("step time error: median / p90", f"{fit.median_abs_pct_error:.1f} % / {fit.p90_abs_pct_error:.1f} %")
     t.add_row("total time error", f"{fit.total_time_error_pct:+.1f} %")
-    Console().print(t)
+    print_table(Console(), t)
     print(f"wrote {entry_path}, {params_path} and the timed steps {steps_path}")
     flags = simulate_flags(name, page_size, chunk_tokens, max_running_requests, memory_gib)
     print(f"next: tokenmill simulate {' '.join(flags)} --workload ... (as tokenmill serve schedules)")

@@ -178,6 +178,8 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tokenmill.cli.tables import print_table
+
     console = Console()
     t = Table(
         title=f"{out['model']} {layout} on {out['gpus']}×{out['gpu']} ({out['backend']}): "
@@ -199,7 +201,7 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
         elif acc:
             cells += ["", ""]
         t.add_row(*cells)
-    console.print(t)
+    print_table(console, t)
     split = out["tpot_split_ms"]
     if out.get("disaggregated"):
         console.print(f"TPOT {out['tpot_ms']:,.2f} ms = one decode step: no prompt shares the decode workers' steps")
@@ -217,7 +219,7 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
         if v:
             d.add_row(k, f"{v:.3f}")
     d.add_row("total", f"{step['ms']:.3f}")
-    console.print(d)
+    print_table(console, d)
     for note in out["notes"]:
         console.print(f"note: {note}")
 
@@ -255,6 +257,8 @@ def _print_score(result: dict[str, Any], silicon: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tokenmill.cli.tables import print_table
+
     console = Console()
 
     def table(title: str, groups: dict[str, dict[str, Any]]) -> None:
@@ -274,7 +278,7 @@ def _print_score(result: dict[str, Any], silicon: bool) -> None:
                     _pct(s["tpot_p90_ape"]),
                 ]
             t.add_row(*cells)
-        console.print(t)
+        print_table(console, t)
 
     table(
         "fully specified rows" + (" (absolute percentage error)" if silicon else ""),

@@ -81,6 +81,7 @@ def _print_plan(plan: Any, explain: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tokenmill.cli.tables import print_table
     from tokenmill.units import GiB, MiB
 
     con = Console()
@@ -99,7 +100,7 @@ def _print_plan(plan: Any, explain: bool) -> None:
     for kind, nbytes in plan.weights_by_kind.items():
         t.add_row(kind.value, f"{nbytes / GiB:,.2f}")
     t.add_row("[bold]total[/bold]", f"[bold]{plan.weights_per_gpu / GiB:,.2f}[/bold]")
-    con.print(t)
+    print_table(con, t)
     p = Table(title="pools", show_edge=False)
     p.add_column("term")
     p.add_column("value", justify="right")
@@ -126,7 +127,7 @@ def _print_plan(plan: Any, explain: bool) -> None:
         rows.append(("average request the split bets on", f"{plan.avg_request_tokens:,.0f} tokens"))
     for k, v in rows:
         p.add_row(k, v)
-    con.print(p)
+    print_table(con, p)
     if plan.fits:
         con.print("[green]fits[/green]")
     else:
@@ -231,6 +232,7 @@ def _plan_search(spec: Any, hw: Any, gpus: int, layout: Any, json_out: bool, top
     from rich.progress import Progress
     from rich.table import Table
 
+    from tokenmill.cli.tables import print_table
     from tokenmill.plan.search import search_layouts
     from tokenmill.units import GiB
 
@@ -292,11 +294,11 @@ def _plan_search(spec: Any, hw: Any, gpus: int, layout: Any, json_out: bool, top
             f"{c.total_running:,}",
             c.plan.binding_pool,
         )
-    con.print(t)
+    print_table(con, t)
     r = Table(title=f"{len(rejected)} layouts rejected (first {min(top, len(rejected))})")
     r.add_column("layout")
     r.add_column("GPUs/worker", justify="right")
     r.add_column("why it does not fit")
     for c in rejected[:top]:
         r.add_row(c.layout.describe(), str(c.layout.gpus_per_worker), c.reason or "")
-    con.print(r)
+    print_table(con, r)

@@ -111,6 +111,8 @@ def _print_summary(summary: dict[str, Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tokenmill.cli.tables import print_table
+
     t = Table(title=title, show_edge=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -119,7 +121,7 @@ def _print_summary(summary: dict[str, Any], title: str) -> None:
             t.add_row(k, f"{v:,.4f}" if abs(v) < 1 else f"{v:,.2f}")
         elif isinstance(v, int | str):
             t.add_row(k, f"{v:,}" if isinstance(v, int) else v)
-    Console().print(t)
+    print_table(Console(), t)
 
 
 @with_layout_options
@@ -361,6 +363,8 @@ def sweep(
     from rich.console import Console
     from rich.table import Table
 
+    from tokenmill.cli.tables import print_table
+
     con = Console()
     _print_notes(notes)
     for name, entry in results["layouts"].items():
@@ -376,7 +380,7 @@ def sweep(
                     f"{p['mean_tpot_ms']:,.1f}",
                     str(p["completed"]),
                 )
-            con.print(t)
+            print_table(con, t)
         if "sustained_rate" in entry:
             con.print(f"{name}: sustained rate {entry['sustained_rate']:.3g} req/s (≥ {target:.0%} within the SLO)")
         if entry["concurrency"]:
@@ -391,4 +395,4 @@ def sweep(
                     f"{p['mean_ttft_ms']:,.0f}",
                     f"{p['mean_tpot_ms']:,.1f}",
                 )
-            con.print(t)
+            print_table(con, t)
