@@ -37,7 +37,7 @@ CASES = numeric_options()
 
 def test_the_numeric_flags_are_found() -> None:
     flags = {(path, flag) for path, flag, _ in CASES}
-    for expected in ((("plan",), "--pool-ratio"), (("predict",), "--concurrency"), (("simulate",), "--rate")):
+    for expected in ((("plan",), "--pool-ratio"), (("predict",), "--isl"), (("simulate",), "--rate")):
         assert expected in flags
     assert len(flags) > 60
 
@@ -64,6 +64,31 @@ def test_an_odd_number_gets_an_answer_or_one_line(
     if code == 2:
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), err
+
+
+#: Flags that take a comma-separated list of numbers.
+LISTS = ((("predict",), "--concurrency"), (("sweep",), "--rates"), (("sweep",), "--concurrencies"))
+
+
+@pytest.mark.parametrize(("path", "flag"), LISTS)
+@pytest.mark.parametrize("value", ["nan", "inf", "1e30", "-1", "0", "10000000000", "1,nan", "1,,2", ",", "1;2"])
+def test_an_odd_list_gets_an_answer_or_one_line_naming_the_flag(
+    path: tuple[str, ...], flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = ["--model", "llama-3.1-8b", "--gpu", "h100"]
+    if path[0] == "sweep":
+        extra += ["--json", "--num-requests", "4", "--duration", "2"]
+    capsys.readouterr()
+    try:
+        main([*path, flag, value, *extra, "--gpus", "1"])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    err = capsys.readouterr().err
+    assert code in (0, 2), err
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {flag}"), err
 
 
 @pytest.mark.parametrize("command", [("generate", "--prompt", "hi"), ("serve",), ("calibrate", "local")])

@@ -532,3 +532,61 @@ def test_predict_in_a_fresh_process_does_not_import_numpy() -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["tpot_ms"] > 0
     assert proc.stderr.strip().splitlines()[-1] == "False", "numpy was imported on predict's path"
+
+
+SMALL = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--isl", "512", "--osl", "64")
+
+
+def test_several_concurrencies_give_the_curve_of_the_single_points(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, *SMALL, "--concurrency", "16,1,4,16", "--json")
+    assert code == 0 and err == ""  # no progress bar with --json
+    points = json.loads(out)["points"]
+    assert [p["concurrency"] for p in points] == [1, 4, 16]  # ascending, each once
+    for p in points:
+        code, one, _ = cli(capsys, *SMALL, "--concurrency", str(p["concurrency"]), "--json")
+        single = json.loads(one)
+        assert code == 0
+        for key in ("ttft_ms", "tpot_ms", "output_throughput_per_gpu", "requests_per_s"):
+            assert p[key] == single[key], key
+    # more lanes: more throughput per GPU, slower for each user
+    per_gpu = [p["output_throughput_per_gpu"] for p in points]
+    tpot = [p["tpot_ms"] for p in points]
+    assert per_gpu == sorted(per_gpu) and tpot == sorted(tpot)
+
+    figures = [tmp_path / "curve.png", tmp_path / "curve.svg"]
+    code, out, _ = cli(
+        capsys, *SMALL, "--concurrency", "1,4,16", "--figure", str(figures[0]), "--figure", str(figures[1])
+    )
+    assert code == 0
+    assert figures[0].read_bytes().startswith(b"\x89PNG") and b"<svg" in figures[1].read_bytes()
+    lines = out.splitlines()
+    for level in ("1", "4", "16"):
+        assert any(line.split("│")[0].strip() == level for line in lines if "│" in line), level
+    assert "measured" in out and "their predicted TTFT" in " ".join(out.split())
+    assert f"wrote {figures[0]}" in out
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1,x", "error: --concurrency must be a comma-separated list of integers (got '1,x')"),
+        ("1.5", "error: --concurrency must be a comma-separated list of integers (got '1.5')"),
+        ("0,4", "error: --concurrency values must be finite numbers > 0 (got '0,4')"),
+        ("4,100000", "error: --concurrency must be between 1 and 65,536 (got 100,000)"),
+    ],
+)
+def test_a_bad_concurrency_list_is_one_line_naming_the_flag(
+    value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, *SMALL, "--concurrency", value)
+    assert code == 2 and out == "" and err.strip() == message
+
+
+def test_a_curve_figure_with_a_wrong_suffix_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, *SMALL, "--concurrency", "1,4", "--figure", str(tmp_path / "c.jpg"))
+    assert code == 2 and out == "" and "--figure must end in .png or .svg" in err
+    assert not list(tmp_path.iterdir())

@@ -37,6 +37,21 @@ def check_output(flag: str, path: Path | None, suffixes: tuple[str, ...] = ()) -
         raise TokenmillError(f"{flag}: cannot write {path}: permission denied")
 
 
+def parse_number_list(text: str | None, flag: str, cast: Callable[[str], Any]) -> list[Any]:
+    """``1,16,64`` → [1, 16, 64] (``cast`` each), or [] for no text; one-line errors naming ``flag``
+    for a value that is not a number of that kind, or not finite and > 0."""
+    if not text:
+        return []
+    try:
+        values = [cast(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        kind = "integers" if cast is int else "numbers"
+        raise TokenmillError(f"{flag} must be a comma-separated list of {kind} (got {text!r})") from None
+    if not values or any(not 0 < v < float("inf") for v in values):  # also refuses nan
+        raise TokenmillError(f"{flag} values must be finite numbers > 0 (got {text!r})")
+    return values
+
+
 ModelOpt = Annotated[str, typer.Option("--model", help="Preset name, config.json path or model directory.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU name from `tokenmill gpus`, or a .toml file.")]
 GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the deployment.")]

@@ -4,7 +4,7 @@ import csv
 import json
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +18,7 @@ from tokenmill.cli.options import (
     ModelOpt,
     build_plan,
     check_output,
+    parse_number_list,
     with_layout_options,
 )
 from tokenmill.errors import TokenmillError
@@ -81,8 +82,12 @@ def predict(
     isl: Annotated[int, typer.Option("--isl", help="Prompt tokens per request.")] = 8192,
     osl: Annotated[int, typer.Option("--osl", help="Output tokens per request.")] = 1024,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", help="Requests in flight (closed loop): 1 to 65,536.")
-    ] = 1,
+        str,
+        typer.Option(
+            "--concurrency",
+            help="Requests in flight (closed loop): 1 to 65,536; several (1,4,16,64) give a curve.",
+        ),
+    ] = "1",
     backend: BackendOpt = "sglang",
     backend_version: Annotated[
         str | None,
@@ -113,6 +118,13 @@ def predict(
             + "); the rest as for the prefill worker.",
         ),
     ] = None,
+    figure: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--figure",
+            help="Throughput per GPU against tokens/s per user, and TTFT against concurrency (.png/.svg, repeatable).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
@@ -120,13 +132,22 @@ def predict(
 
     With ``--decode-workers D`` the deployment is disaggregated: ``--prefill-workers`` workers of
     the layout flags over ``--gpus`` GPUs each prefill, D workers of ``--decode-layout`` over
-    ``--decode-gpus`` GPUs each decode, and the KV (and state) of every request is handed over."""
+    ``--decode-gpus`` GPUs each decode, and the KV (and state) of every request is handed over.
+    With several concurrencies (``--concurrency 1,4,16,64``) it predicts each and prints the curve:
+    per-GPU throughput against each user's tokens per second, the trade a deployment is chosen on."""
     from tokenmill.perf.accuracy import band_for
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.predict import predict as run
     from tokenmill.perf.predict import predict_disaggregated
+    from tokenmill.perf.replay import check_concurrency
 
     b = _check_backend(backend)
+    levels = sorted(set(parse_number_list(concurrency, "--concurrency", int)))
+    for level in levels:
+        check_concurrency(level, "--concurrency")
+    figures = figure or []
+    for path in figures:
+        check_output("--figure", path, FIGURE_SUFFIXES)
     flags = layout_flags or {}
     plan = build_plan(model, gpu, gpus, flags)
     if decode_workers < 0:
@@ -141,37 +162,66 @@ def predict(
             raise TokenmillError("--accept-length needs speculative decoding, which disaggregated workers do not model")
         dgpus = gpus if decode_gpus is None else decode_gpus
         dplan = build_plan(model, gpu, dgpus, decode_flags(flags, decode_layout))
-    label = f"replaying {concurrency:,} lanes"
-
-    def spinner() -> AbstractContextManager[None]:  # started inside, after the replay forks (perf.forked)
-        return _working(label, json_out)
-
-    if decode_workers:
-        pred = predict_disaggregated(
-            plan, dplan, prefill_workers, decode_workers, b, isl, osl, concurrency, params, notes, spinner
-        )
-    else:
-        pred = run(plan, b, isl, osl, concurrency, params, accept_length, notes, spinner)
-    out = pred.to_dict()
     band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())
-    out["accuracy"] = None
-    if band is not None:
-        out["accuracy"] = {
-            **band.to_dict(),
-            "ttft_ms_range_80": [round(x, 3) for x in band.interval("ttft", pred.ttft_ms)],
-            "tpot_ms_range_80": [round(x, 4) for x in band.interval("tpot", pred.tpot_ms)],
-        }
-    out["notes"].append(band_note)
-    if json_out:
-        print(json.dumps(out, indent=2))
-        return
+
+    def point(level: int, waiting: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
+        if decode_workers:
+            pred = predict_disaggregated(
+                plan, dplan, prefill_workers, decode_workers, b, isl, osl, level, params, notes, waiting
+            )
+        else:
+            pred = run(plan, b, isl, osl, level, params, accept_length, notes, waiting)
+        out = pred.to_dict()
+        out["accuracy"] = None
+        if band is not None:
+            out["accuracy"] = {
+                **band.to_dict(),
+                "ttft_ms_range_80": [round(x, 3) for x in band.interval("ttft", pred.ttft_ms)],
+                "tpot_ms_range_80": [round(x, 4) for x in band.interval("tpot", pred.tpot_ms)],
+            }
+        out["notes"].append(band_note)
+        return out
+
     described = plan.layout.describe()
     if decode_workers:
         described = (
             f"{prefill_workers} prefill × {described} ({plan.gpus} GPUs) + "
             f"{decode_workers} decode × {dplan.layout.describe()} ({dplan.gpus} GPUs)"
         )
-    _print_prediction(out, described)
+    if len(levels) == 1:
+        label = f"replaying {levels[0]:,} lanes"
+
+        def spinner() -> AbstractContextManager[None]:  # started inside, after the replay forks (perf.forked)
+            return _working(label, json_out)
+
+        out = point(levels[0], spinner)
+        curve = [out]
+    else:
+        # one bar over the points; it redraws only between them, so no thread runs when a replay forks
+        with _progress(len(levels), json_out, "predicting the curve", auto_refresh=False) as bar:
+            curve = []
+            for level in levels:
+                curve.append(point(level, nullcontext))
+                if bar is not None:
+                    bar(1)
+    title = f"{curve[0]['model']} {described} on {curve[0]['gpus']}×{curve[0]['gpu']} ({b}): ISL {isl:,} OSL {osl:,}"
+    written: list[str] = []
+    if figures:
+        from tokenmill.report.prediction_figures import curve_figure
+
+        written = [str(curve_figure(curve, path, title)) for path in figures]
+    if json_out:
+        out = curve[0] if len(curve) == 1 else {"points": curve}
+        if written:
+            out["figures"] = written
+        print(json.dumps(out, indent=2))
+        return
+    if len(curve) == 1:
+        _print_prediction(curve[0], described)
+    else:
+        _print_curve(curve, title)
+    for name in written:
+        print(f"wrote {name}")
 
 
 def _print_prediction(out: dict[str, Any], layout: str) -> None:
@@ -224,6 +274,52 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
         console.print(f"note: {note}")
 
 
+def _print_curve(curve: list[dict[str, Any]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from tokenmill.cli.tables import print_table
+
+    console = Console()
+    t = Table(title=title, show_edge=False)
+    for col in (
+        "concurrency",
+        "TTFT ms",
+        "TPOT ms",
+        "tok/s per user",
+        "output tok/s per GPU",
+        "total tok/s per GPU",
+        "requests/s",
+        "decode batch",
+    ):
+        t.add_column(col, justify="right")
+    for out in curve:
+        t.add_row(
+            f"{out['concurrency']:,}",
+            f"{out['ttft_ms']:,.1f}",
+            f"{out['tpot_ms']:,.2f}",
+            f"{1e3 / out['tpot_ms']:,.1f}",
+            f"{out['output_throughput_per_gpu']:,.1f}",
+            f"{out['total_throughput_per_gpu']:,.1f}",
+            f"{out['requests_per_s']:,.2f}",
+            f"{out['decode_step']['batch']:,}",
+        )
+    print_table(console, t)
+    acc = curve[0].get("accuracy")
+    if acc:
+        ttft_lo, ttft_hi = acc["ttft_ratio_p10"], acc["ttft_ratio_p90"]
+        console.print(
+            f"80 % of the calibration rows like these measured {ttft_lo:.2f}–{ttft_hi:.2f} × "
+            f"their predicted TTFT and {acc['tpot_ratio_p10']:.2f}–{acc['tpot_ratio_p90']:.2f} × their TPOT "
+            f"(median errors {100 * acc['ttft_median_ape']:.0f} % and {100 * acc['tpot_median_ape']:.0f} %)"
+        )
+    seen: list[str] = []
+    for out in curve:
+        seen += [n for n in out["notes"] if n not in seen]
+    for note in seen:
+        console.print(f"note: {note}")
+
+
 @contextmanager
 def _working(label: str, quiet: bool) -> Iterator[None]:
     """A spinner on a terminal's stderr while one long call runs (a replay of thousands of lanes
@@ -238,15 +334,26 @@ def _working(label: str, quiet: bool) -> Iterator[None]:
 
 
 @contextmanager
-def _progress(total: int, quiet: bool, label: str) -> Iterator[Callable[[int], None] | None]:
+def _progress(total: int, quiet: bool, label: str, auto_refresh: bool = True) -> Iterator[Callable[[int], None] | None]:
+    """A bar on a terminal's stderr (None with --json or no terminal); ``auto_refresh=False``
+    redraws only when advanced, so no drawing thread runs between (a replay forks only when it is
+    the only thread, perf.forked)."""
     if quiet or not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True) as bar:
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True, auto_refresh=auto_refresh) as bar:
         task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
+
+        def advance(n: int) -> None:
+            bar.advance(task, n)
+            if not auto_refresh:
+                bar.refresh()
+
+        yield advance
 
 
 def _pct(x: float | None) -> str:

@@ -17,6 +17,7 @@ from tokenmill.cli.options import (
     ModelOpt,
     build_plan,
     check_output,
+    parse_number_list,
     with_layout_options,
 )
 from tokenmill.errors import TokenmillError
@@ -210,16 +211,23 @@ def simulate(
         _print_summary(summary, f"{plan.model.name} {plan.layout.describe()} ×{plan.replicas}: {label}")
 
 
-def _parse_list(text: str | None, flag: str, cast: Any) -> list[Any]:
-    if not text:
-        return []
-    try:
-        values = [cast(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise TokenmillError(f"{flag} must be a comma-separated list of numbers (got {text!r})") from None
-    if any(v <= 0 for v in values):
-        raise TokenmillError(f"{flag} values must be > 0 (got {text!r})")
-    return values
+def _check_sweep_sizes(rates: list[float], rate_hi: float | None, concurrencies: list[int], duration: float) -> None:
+    """Refuse, under sweep's own flag names, a point whose workload would hold more requests than
+    one workload may (``--rates`` × ``--duration``, ``--rate-hi`` × ``--duration``, a concurrency
+    point's at least as many requests as lanes)."""
+    from tokenmill.workload.arrivals import MAX_REQUESTS
+
+    for flag, rate in [("--rates", r) for r in rates] + ([("--rate-hi", rate_hi)] if rate_hi is not None else []):
+        if rate * duration > MAX_REQUESTS:
+            raise TokenmillError(
+                f"{flag}: {rate:g} × --duration {duration:g} s asks for about {rate * duration:.3g} requests; "
+                f"at most {MAX_REQUESTS:,} are generated"
+            )
+    for c in concurrencies:
+        if c > MAX_REQUESTS:
+            raise TokenmillError(
+                f"--concurrencies: {c:,} lanes need at least as many requests; at most {MAX_REQUESTS:,} are generated"
+            )
 
 
 @with_layout_options
@@ -269,8 +277,8 @@ def sweep(
     base = build_plan(model, gpu, gpus, layout_flags or {})
     slo = _slo(slo_ttft_ms, slo_tpot_ms)
     perf, notes = _perf(gpu, backend)
-    rate_list = _parse_list(rates, "--rates", float)
-    conc_list = _parse_list(concurrencies, "--concurrencies", int)
+    rate_list = parse_number_list(rates, "--rates", float)
+    conc_list = parse_number_list(concurrencies, "--concurrencies", int)
     if not rate_list and not conc_list and not find_sustained:
         raise TokenmillError("sweep needs --rates, --concurrencies or --find-sustained")
     if duration <= 0:
@@ -279,6 +287,7 @@ def sweep(
         raise TokenmillError(f"--target must be in (0, 1] (got {target})")
     if find_sustained and not 0 < rate_lo < rate_hi < math.inf:
         raise TokenmillError(f"--rate-lo and --rate-hi must satisfy 0 < lo < hi (got {rate_lo}, {rate_hi})")
+    _check_sweep_sizes(rate_list, rate_hi if find_sustained else None, conc_list, duration)
     plans = [base]
     for item in compare or []:
         layout, n = _apply_overrides(base.layout, item, gpus)
