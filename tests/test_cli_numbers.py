@@ -53,9 +53,14 @@ def test_an_odd_number_gets_an_answer_or_one_line(
         extra = ["--measurements", str(csv), "--models-dir", str(tmp_path), "--out", str(tmp_path / "p.csv")]
     if path[0] in ("simulate", "sweep"):
         extra = ["--json", "--num-requests", "4"] if flag != "--num-requests" else ["--json"]
+    answers_or_one_line([*path, flag, value, *extra], "error: ", capsys)
+
+
+def answers_or_one_line(argv: list[str], prefix: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command succeeds, or exits 2 with one line on stderr starting with ``prefix``."""
     capsys.readouterr()
     try:
-        main([*path, flag, value, *extra])
+        main(argv)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -63,7 +68,7 @@ def test_an_odd_number_gets_an_answer_or_one_line(
     assert code in (0, 2), err
     if code == 2:
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), err
+        assert len(lines) == 1 and lines[0].startswith(prefix), err
 
 
 #: Flags that take a comma-separated list of numbers.
@@ -78,17 +83,7 @@ def test_an_odd_list_gets_an_answer_or_one_line_naming_the_flag(
     extra = ["--model", "llama-3.1-8b", "--gpu", "h100"]
     if path[0] == "sweep":
         extra += ["--json", "--num-requests", "4", "--duration", "2"]
-    capsys.readouterr()
-    try:
-        main([*path, flag, value, *extra, "--gpus", "1"])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    err = capsys.readouterr().err
-    assert code in (0, 2), err
-    if code == 2:
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"error: {flag}"), err
+    answers_or_one_line([*path, flag, value, *extra, "--gpus", "1"], f"error: {flag}", capsys)
 
 
 @pytest.mark.parametrize("command", [("generate", "--prompt", "hi"), ("serve",), ("calibrate", "local")])
