@@ -100,16 +100,22 @@ def latency_figure(results: dict[str, Any], path: Path, title: str = "") -> Path
     _check_suffix(path)
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    levels: set[int] = set()
     for name, entry in results["layouts"].items():
         pts = sorted(entry["concurrency"], key=lambda p: p["concurrency"])
         if not pts:
             continue
         xs = [p["concurrency"] for p in pts]
+        levels.update(xs)
         ax1.plot(xs, [p["mean_tpot_ms"] for p in pts], "o-", label=name)
         ax2.plot(xs, [p["mean_ttft_ms"] / 1000 for p in pts], "o-", label=name)
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
+        if levels:  # the concurrencies run, as numbers (not powers of two)
+            ax.set_xticks(sorted(levels), [f"{c:,}" for c in sorted(levels)])
+            ax.minorticks_off()
         ax.set_xlabel("concurrent requests (closed loop)")
+        ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     ax1.set_ylabel("mean time per output token (ms)")
     ax2.set_ylabel("mean time to first token (s)")
