@@ -8,7 +8,8 @@ pasted from. So:
 
 - to a pipe or a file, a table is printed as wide as it needs: nothing wraps, nothing is cut;
 - on a terminal narrower than the table, cells fold onto a second line instead of being cut, so
-  a number may break across two lines but keeps every digit.
+  a number may break across two lines but keeps every digit;
+- a table is at least as wide as its title, which would otherwise wrap over its narrow columns.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def print_table(console: Console, table: Table) -> None:
     """Print ``table`` on ``console`` with no cell cut short (module docstring)."""
     for column in table.columns:
         column.overflow = "fold"
+    if isinstance(table.title, str):  # a title wider than its table would wrap over two lines
+        table.min_width = max(table.min_width or 0, len(table.title) + 2)
     if console.is_terminal:
         console.print(table)
         return
