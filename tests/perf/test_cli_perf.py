@@ -575,6 +575,7 @@ def test_several_concurrencies_give_the_curve_of_the_single_points(
         ("1.5", "error: --concurrency must be a comma-separated list of integers (got '1.5')"),
         ("0,4", "error: --concurrency values must be finite numbers > 0 (got '0,4')"),
         ("4,100000", "error: --concurrency must be between 1 and 65,536 (got 100,000)"),
+        ("", "error: --concurrency needs a number of requests in flight, or several: 1,4,16 (got '')"),
     ],
 )
 def test_a_bad_concurrency_list_is_one_line_naming_the_flag(

@@ -143,6 +143,10 @@ def predict(
 
     b = _check_backend(backend)
     levels = sorted(set(parse_number_list(concurrency, "--concurrency", int)))
+    if not levels:
+        raise TokenmillError(
+            f"--concurrency needs a number of requests in flight, or several: 1,4,16 (got {concurrency!r})"
+        )
     for level in levels:
         check_concurrency(level, "--concurrency")
     figures = figure or []
