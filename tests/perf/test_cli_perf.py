@@ -591,3 +591,15 @@ def test_a_curve_figure_with_a_wrong_suffix_is_refused_before_any_work(
     code, out, err = cli(capsys, *SMALL, "--concurrency", "1,4", "--figure", str(tmp_path / "c.jpg"))
     assert code == 2 and out == "" and "--figure must end in .png or .svg" in err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_curve_of_one_token_answers_has_no_speed_per_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """OSL 1: TPOT is 0 (no second token), so tokens/s per user is not a number; the table says
+    so and the figure leaves those points off its interactivity axis (was a ZeroDivisionError)."""
+    base = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--isl", "512", "--osl", "1")
+    figure = tmp_path / "c.png"
+    code, out, err = cli(capsys, *base, "--concurrency", "1,4", "--figure", str(figure))
+    assert code == 0, err
+    rows = [line.split("│") for line in out.splitlines() if line.count("│") == 7]
+    assert [r[0].strip() for r in rows] == ["1", "4"] and all(r[3].strip() == "—" for r in rows)
+    assert figure.read_bytes().startswith(b"\x89PNG")

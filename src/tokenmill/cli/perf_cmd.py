@@ -302,7 +302,7 @@ def _print_curve(curve: list[dict[str, Any]], title: str) -> None:
             f"{out['concurrency']:,}",
             f"{out['ttft_ms']:,.1f}",
             f"{out['tpot_ms']:,.2f}",
-            f"{1e3 / out['tpot_ms']:,.1f}",
+            f"{1e3 / out['tpot_ms']:,.1f}" if out["tpot_ms"] > 0 else "—",  # one output token: no decode
             f"{out['output_throughput_per_gpu']:,.1f}",
             f"{out['total_throughput_per_gpu']:,.1f}",
             f"{out['requests_per_s']:,.2f}",

@@ -21,11 +21,14 @@ def curve_figure(points: Sequence[dict[str, Any]], path: Path, title: str = "") 
     pts = sorted(points, key=lambda p: p["concurrency"])
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.6))
-    per_user = [1e3 / p["tpot_ms"] for p in pts]
-    per_gpu = [p["output_throughput_per_gpu"] for p in pts]
+    decoding = [p for p in pts if p["tpot_ms"] > 0]  # one output token (OSL 1) has no time per token
+    per_user = [1e3 / p["tpot_ms"] for p in decoding]
+    per_gpu = [p["output_throughput_per_gpu"] for p in decoding]
     left.plot(per_user, per_gpu, marker="o", color="#4e79a7")
-    for p, x, y in zip(pts, per_user, per_gpu, strict=True):
+    for p, x, y in zip(decoding, per_user, per_gpu, strict=True):
         left.annotate(f"{p['concurrency']:,}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    if not decoding:
+        left.text(0.5, 0.5, "one output token per request: no decode", ha="center", transform=left.transAxes)
     left.set_xlabel("output tokens/s per user (1 / TPOT)")
     left.set_ylabel("output tokens/s per GPU")
     left.set_title("throughput against interactivity (labels: concurrency)", fontsize=10)
