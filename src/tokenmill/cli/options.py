@@ -8,6 +8,7 @@ exactly the same flags with the same help.
 import functools
 import inspect
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,6 +36,70 @@ def check_output(flag: str, path: Path | None, suffixes: tuple[str, ...] = ()) -
         raise TokenmillError(f"{flag}: cannot write {path}: no such directory {folder}")
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise TokenmillError(f"{flag}: cannot write {path}: permission denied")
+
+
+def apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
+    """``--compare "dcp=8,pool-ratio=8.82"``: a layout that differs from the base in a few flags."""
+    from tokenmill.plan import KVDtype, PrefixCache, Speculation
+
+    changes: dict[str, Any] = {}
+    converters: dict[str, Any] = {
+        "tp": int,
+        "ep": int,
+        "pp": int,
+        "dp_attention": int,
+        "dcp": int,
+        "page_size": int,
+        "max_running_requests": int,
+        "avg_request_tokens": int,
+        "pool_ratio": float,
+        "mem_fraction_static": float,
+        "kv_cache_dtype": KVDtype.parse,
+        "prefix_cache": PrefixCache,
+        "speculative": Speculation.parse,
+        "replayssm": lambda v: v.lower() in ("1", "true", "on", "yes"),
+    }
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep or (key not in converters and key != "gpus"):
+            allowed = ", ".join(sorted(k.replace("_", "-") for k in converters)) + ", gpus"
+            raise TokenmillError(f"--compare item {item!r} must be KEY=VALUE with KEY one of {allowed}")
+        try:
+            if key == "gpus":
+                gpus = int(value)
+            else:
+                changes[key] = converters[key](value.strip())
+        except ValueError:
+            raise TokenmillError(f"--compare {key.replace('_', '-')}: bad value {value!r}") from None
+    if "pool_ratio" in changes:
+        changes.setdefault("avg_request_tokens", None)
+    if "avg_request_tokens" in changes and changes["avg_request_tokens"] is not None:
+        changes.setdefault("pool_ratio", None)
+    return base.with_(**changes), gpus
+
+
+def compared_plans(base: Any, compare: list[str] | None, label: list[str] | None, gpus: int) -> list[tuple[str, Any]]:
+    """The base plan and one per ``--compare`` item, each with its name: its ``--label`` (in order),
+    else its description, with its ``--compare`` item where that repeats an earlier name
+    (``TP8 (pool-ratio=0.9)``). More labels than layouts, or two layouts with one name, is an
+    error: results are keyed by name, and one would replace the other."""
+    from tokenmill.plan import plan_memory
+
+    plans = [base]
+    for item in compare or []:
+        layout, n = apply_overrides(base.layout, item, gpus)
+        plans.append(plan_memory(base.model, base.gpu, n, layout))
+    names = list(label or [])
+    if len(names) > len(plans):
+        raise TokenmillError(f"{len(names)} --label values for {len(plans)} layout(s): the base and one per --compare")
+    for i in range(len(names), len(plans)):
+        name = plans[i].layout.describe()
+        names.append(f"{name} ({(compare or [])[i - 1]})" if i and name in names else name)
+    repeated = [name for name, n in Counter(names).items() if n > 1]
+    if repeated:
+        raise TokenmillError(f"two layouts share the name {repeated[0]!r}: give each its own --label")
+    return list(zip(names, plans, strict=True))
 
 
 def parse_number_list(text: str | None, flag: str, cast: Callable[[str], Any]) -> list[Any]:

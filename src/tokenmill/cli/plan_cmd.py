@@ -14,53 +14,13 @@ from tokenmill.cli.options import (
     GpusOpt,
     JsonOpt,
     ModelOpt,
+    apply_overrides,
     check_output,
     layout_from_flags,
     load_gpu_flag,
     with_layout_options,
 )
 from tokenmill.errors import TokenmillError
-
-
-def _apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
-    """``--compare "dcp=8,pool-ratio=8.82"``: a layout that differs from the base in a few flags."""
-    from tokenmill.plan import KVDtype, PrefixCache, Speculation
-
-    changes: dict[str, Any] = {}
-    converters: dict[str, Any] = {
-        "tp": int,
-        "ep": int,
-        "pp": int,
-        "dp_attention": int,
-        "dcp": int,
-        "page_size": int,
-        "max_running_requests": int,
-        "avg_request_tokens": int,
-        "pool_ratio": float,
-        "mem_fraction_static": float,
-        "kv_cache_dtype": KVDtype.parse,
-        "prefix_cache": PrefixCache,
-        "speculative": Speculation.parse,
-        "replayssm": lambda v: v.lower() in ("1", "true", "on", "yes"),
-    }
-    for item in filter(None, (s.strip() for s in spec.split(","))):
-        key, sep, value = item.partition("=")
-        key = key.strip().lstrip("-").replace("-", "_")
-        if not sep or (key not in converters and key != "gpus"):
-            allowed = ", ".join(sorted(k.replace("_", "-") for k in converters)) + ", gpus"
-            raise TokenmillError(f"--compare item {item!r} must be KEY=VALUE with KEY one of {allowed}")
-        try:
-            if key == "gpus":
-                gpus = int(value)
-            else:
-                changes[key] = converters[key](value.strip())
-        except ValueError:
-            raise TokenmillError(f"--compare {key.replace('_', '-')}: bad value {value!r}") from None
-    if "pool_ratio" in changes:
-        changes.setdefault("avg_request_tokens", None)
-    if "avg_request_tokens" in changes and changes["avg_request_tokens"] is not None:
-        changes.setdefault("pool_ratio", None)
-    return base.with_(**changes), gpus
 
 
 def _size(n_bytes: int) -> str:
@@ -184,7 +144,7 @@ def plan(
     result = plan_memory(spec, hw, gpus, layout)
     others = []
     for item in compare or []:
-        other_layout, other_gpus = _apply_overrides(layout, item, gpus)
+        other_layout, other_gpus = apply_overrides(layout, item, gpus)
         others.append(plan_memory(spec, hw, other_gpus, other_layout))
     if figure is not None:
         from tokenmill.report.memory_figures import memory_bars

@@ -3,7 +3,6 @@
 import json
 import math
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +16,7 @@ from tokenmill.cli.options import (
     ModelOpt,
     build_plan,
     check_output,
+    compared_plans,
     parse_number_list,
     with_layout_options,
 )
@@ -265,8 +265,6 @@ def sweep(
     """SLO attainment against arrival rate (and latency against concurrency) for one or more layouts."""
     from rich.progress import Progress
 
-    from tokenmill.cli.plan_cmd import _apply_overrides
-    from tokenmill.plan import plan_memory
     from tokenmill.sim import SimOptions
     from tokenmill.sim import simulate as run
     from tokenmill.sim.summary import simulation_summary
@@ -288,23 +286,11 @@ def sweep(
     if find_sustained and not 0 < rate_lo < rate_hi < math.inf:
         raise TokenmillError(f"--rate-lo and --rate-hi must satisfy 0 < lo < hi (got {rate_lo}, {rate_hi})")
     _check_sweep_sizes(rate_list, rate_hi if find_sustained else None, conc_list, duration)
-    plans = [base]
-    for item in compare or []:
-        layout, n = _apply_overrides(base.layout, item, gpus)
-        plans.append(plan_memory(base.model, base.gpu, n, layout))
-    names = list(label or [])
-    if len(names) > len(plans):
-        raise TokenmillError(f"{len(names)} --label values for {len(plans)} layout(s): the base and one per --compare")
-    for i in range(len(names), len(plans)):  # unnamed layouts: described, with the --compare item where that repeats
-        name = plans[i].layout.describe()
-        names.append(f"{name} ({(compare or [])[i - 1]})" if i and name in names else name)
-    repeated = [name for name, n in Counter(names).items() if n > 1]
-    if repeated:
-        raise TokenmillError(f"two layouts share the name {repeated[0]!r}: give each its own --label")
+    named = compared_plans(base, compare, label, gpus)
     results: dict[str, Any] = {"slo": {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}, "layouts": {}}
     show = not json_out and sys.stderr.isatty()
     with Progress(disable=not show, transient=True) as progress:
-        for name, plan in zip(names, plans, strict=True):
+        for name, plan in named:
             if not plan.fits:
                 raise TokenmillError(f"layout {name!r}: {plan.reason}")
             opts = SimOptions(accept_length=_accept_length(plan, accept_length), max_time_s=duration + 300.0, perf=perf)
