@@ -603,3 +603,59 @@ def test_a_curve_of_one_token_answers_has_no_speed_per_user(tmp_path: Path, caps
     rows = [line.split("│") for line in out.splitlines() if line.count("│") == 7]
     assert [r[0].strip() for r in rows] == ["1", "4"] and all(r[3].strip() == "—" for r in rows)
     assert figure.read_bytes().startswith(b"\x89PNG")
+
+
+K3_FRESH = ("predict", "--pool-ratio", "1.1", "--isl", "8400", "--osl", "512")
+
+
+def test_compared_layouts_are_each_predicted_as_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    drafter = "dcp=8,pool-ratio=6.28,speculative=dspark:7,replayssm=true"
+    code, out, err = cli(
+        capsys, *K3_FRESH, "--concurrency", "1,16", "--compare", "dcp=8,pool-ratio=8.82", "--compare", drafter,
+        "--label", "low-latency", "--label", "balanced", "--accept-length", "2.7", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    layouts = json.loads(out)["layouts"]
+    # unlabelled layouts are named by their description
+    assert [x["name"] for x in layouts] == ["low-latency", "balanced", "TP8 DCP8 dspark:7+replayssm"]
+    alone = {
+        "balanced": ("--dcp", "8", "--pool-ratio", "8.82"),
+        "TP8 DCP8 dspark:7+replayssm": (
+            "--dcp",
+            "8",
+            "--pool-ratio",
+            "6.28",
+            "--speculative",
+            "dspark:7",
+            "--replayssm",
+        ),
+    }
+    for entry in layouts[1:]:
+        for p in entry["points"]:
+            code, one, _ = cli(
+                capsys, *K3_FRESH[:1], *K3_FRESH[3:], *alone[entry["name"]], "--concurrency", str(p["concurrency"]),
+                "--json",
+            )  # fmt: skip
+            assert code == 0
+            single = json.loads(one)
+            assert (p["ttft_ms"], p["tpot_ms"], p["layout"]) == (single["ttft_ms"], single["tpot_ms"], single["layout"])
+    # the drafter speeds one request's stream; the first token is the same prefill in all three
+    one = [x["points"][0] for x in layouts]
+    assert one[2]["tpot_ms"] < one[0]["tpot_ms"] < one[1]["tpot_ms"]
+    assert one[0]["ttft_ms"] == one[1]["ttft_ms"] == one[2]["ttft_ms"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--label", "a", "--label", "b"), "error: 2 --label values for 1 layout(s): the base and one per --compare"),
+        (("--compare", "dcp=8", "--label", "x", "--label", "x"), "error: two layouts share the name 'x': give each"),
+        (("--compare", "gpus=4,tp=4"), "error: layout 'TP4': does not fit"),
+        (("--compare", "dcp=8", "--decode-workers", "1"), "error: --compare and --label need aggregated serving"),
+        (("--compare", "dcp=8", "--accept-length", "2"), "error: --accept-length needs speculative decoding"),
+        (("--compare", "width=8"), "error: --compare item 'width=8' must be KEY=VALUE with KEY one of"),
+    ],
+)
+def test_a_bad_comparison_is_one_line(extra: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, *K3_FRESH, *extra)
+    assert code == 2 and out == "" and err.startswith(message) and err.count("\n") == 1, err

@@ -18,6 +18,7 @@ from tokenmill.cli.options import (
     ModelOpt,
     build_plan,
     check_output,
+    compared_plans,
     parse_number_list,
     with_layout_options,
 )
@@ -125,6 +126,15 @@ def predict(
             help="Throughput per GPU against tokens/s per user, and TTFT against concurrency (.png/.svg, repeatable).",
         ),
     ] = None,
+    compare: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--compare", help="Another layout to predict beside this one: 'dcp=8,pool-ratio=8.82' (repeatable)."
+        ),
+    ] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="Names of the layouts, in order (the base first).")
+    ] = None,
     json_out: JsonOpt = False,
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
@@ -134,7 +144,8 @@ def predict(
     the layout flags over ``--gpus`` GPUs each prefill, D workers of ``--decode-layout`` over
     ``--decode-gpus`` GPUs each decode, and the KV (and state) of every request is handed over.
     With several concurrencies (``--concurrency 1,4,16,64``) it predicts each and prints the curve:
-    per-GPU throughput against each user's tokens per second, the trade a deployment is chosen on."""
+    per-GPU throughput against each user's tokens per second, the trade a deployment is chosen on.
+    ``--compare`` predicts other layouts beside the base (aggregated serving), as ``sweep`` does."""
     from tokenmill.perf.accuracy import band_for
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.predict import predict as run
@@ -158,8 +169,17 @@ def predict(
         raise TokenmillError(f"--decode-workers must be 0 (aggregated) or more (got {decode_workers})")
     if not decode_workers and (decode_gpus is not None or decode_layout is not None or prefill_workers != 1):
         raise TokenmillError("--prefill-workers, --decode-gpus and --decode-layout need --decode-workers ≥ 1")
+    if decode_workers and (compare or label):
+        raise TokenmillError("--compare and --label need aggregated serving (no --decode-workers)")
     if not plan.fits:
         raise TokenmillError(f"prefill worker: {plan.reason}" if decode_workers else str(plan.reason))
+    named = compared_plans(plan, compare, label, gpus) if compare or label else [(plan.layout.describe(), plan)]
+    for name, other in named[1:]:
+        if not other.fits:
+            raise TokenmillError(f"layout {name!r}: {other.reason}")
+    speculating = [other.layout.speculative.enabled for _, other in named]
+    if accept_length is not None and len(named) > 1 and not any(speculating):
+        raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
     params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
     if decode_workers:
         if accept_length is not None:
@@ -168,13 +188,15 @@ def predict(
         dplan = build_plan(model, gpu, dgpus, decode_flags(flags, decode_layout))
     band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())
 
-    def point(level: int, waiting: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
+    def point(
+        at: Any, accept: float | None, level: int, waiting: Callable[[], AbstractContextManager[None]]
+    ) -> dict[str, Any]:
         if decode_workers:
             pred = predict_disaggregated(
-                plan, dplan, prefill_workers, decode_workers, b, isl, osl, level, params, notes, waiting
+                at, dplan, prefill_workers, decode_workers, b, isl, osl, level, params, notes, waiting
             )
         else:
-            pred = run(plan, b, isl, osl, level, params, accept_length, notes, waiting)
+            pred = run(at, b, isl, osl, level, params, accept, notes, waiting)
         out = pred.to_dict()
         out["accuracy"] = None
         if band is not None:
@@ -192,40 +214,52 @@ def predict(
             f"{prefill_workers} prefill × {described} ({plan.gpus} GPUs) + "
             f"{decode_workers} decode × {dplan.layout.describe()} ({dplan.gpus} GPUs)"
         )
-    if len(levels) == 1:
-        label = f"replaying {levels[0]:,} lanes"
+    # --accept-length: one layout takes it as given (and refuses it without speculation); of
+    # several, those that speculate take it (one at least must, checked above)
+    accepts = [accept_length] if len(named) == 1 else [accept_length if spec else None for spec in speculating]
+    if len(named) == 1 and len(levels) == 1:
+        spin = f"replaying {levels[0]:,} lanes"
 
         def spinner() -> AbstractContextManager[None]:  # started inside, after the replay forks (perf.forked)
-            return _working(label, json_out)
+            return _working(spin, json_out)
 
-        out = point(levels[0], spinner)
-        curve = [out]
+        curves = [(named[0][0], [point(plan, accept_length, levels[0], spinner)])]
     else:
         # one bar over the points; it redraws only between them, so no thread runs when a replay forks
-        with _progress(len(levels), json_out, "predicting the curve", auto_refresh=False) as bar:
-            curve = []
-            for level in levels:
-                curve.append(point(level, nullcontext))
-                if bar is not None:
-                    bar(1)
-    title = f"{curve[0]['model']} {described} on {curve[0]['gpus']}×{curve[0]['gpu']} ({b}): ISL {isl:,} OSL {osl:,}"
+        total = len(named) * len(levels)
+        with _progress(total, json_out, "predicting the curve", auto_refresh=False) as bar:
+            curves = []
+            for (name, at), accept in zip(named, accepts, strict=True):
+                curve = []
+                for level in levels:
+                    curve.append(point(at, accept, level, nullcontext))
+                    if bar is not None:
+                        bar(1)
+                curves.append((name, curve))
+    first = curves[0][1][0]
+    on = f"{described if len(named) == 1 else model} on {first['gpus']}×{first['gpu']} ({b})"
+    title = f"{first['model']} {on}: ISL {isl:,} OSL {osl:,}" if len(named) == 1 else f"{on}: ISL {isl:,} OSL {osl:,}"
     written: list[str] = []
     if figures:
         from tokenmill.report.prediction_figures import curve_figure
 
-        written = [str(curve_figure(curve, path, title)) for path in figures]
+        written = [str(curve_figure(curves, path, title)) for path in figures]
     if json_out:
-        out = curve[0] if len(curve) == 1 else {"points": curve}
+        if len(named) > 1:
+            out: dict[str, Any] = {"layouts": [{"name": name, "points": curve} for name, curve in curves]}
+        else:
+            curve = curves[0][1]
+            out = curve[0] if len(curve) == 1 else {"points": curve}
         if written:
             out["figures"] = written
         print(json.dumps(out, indent=2))
         return
-    if len(curve) == 1:
-        _print_prediction(curve[0], described)
+    if len(named) == 1 and len(levels) == 1:
+        _print_prediction(curves[0][1][0], described)
     else:
-        _print_curve(curve, title)
-    for name in written:
-        print(f"wrote {name}")
+        _print_curve(curves, title)
+    for path_name in written:
+        print(f"wrote {path_name}")
 
 
 def _print_prediction(out: dict[str, Any], layout: str) -> None:
@@ -278,15 +312,18 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
         console.print(f"note: {note}")
 
 
-def _print_curve(curve: list[dict[str, Any]], title: str) -> None:
+def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> None:
+    """One row per layout and concurrency (a layout column when there are several), then the
+    error band and the notes once."""
     from rich.console import Console
     from rich.table import Table
 
     from tokenmill.cli.tables import print_table
 
     console = Console()
+    several = len(curves) > 1
     t = Table(title=title, show_edge=False)
-    for col in (
+    columns = (
         "concurrency",
         "TTFT ms",
         "TPOT ms",
@@ -295,21 +332,24 @@ def _print_curve(curve: list[dict[str, Any]], title: str) -> None:
         "total tok/s per GPU",
         "requests/s",
         "decode batch",
-    ):
-        t.add_column(col, justify="right")
-    for out in curve:
-        t.add_row(
-            f"{out['concurrency']:,}",
-            f"{out['ttft_ms']:,.1f}",
-            f"{out['tpot_ms']:,.2f}",
-            f"{1e3 / out['tpot_ms']:,.1f}" if out["tpot_ms"] > 0 else "—",  # one output token: no decode
-            f"{out['output_throughput_per_gpu']:,.1f}",
-            f"{out['total_throughput_per_gpu']:,.1f}",
-            f"{out['requests_per_s']:,.2f}",
-            f"{out['decode_step']['batch']:,}",
-        )
+    )
+    for col in ("layout", *columns) if several else columns:
+        t.add_column(col, justify="left" if col == "layout" else "right")
+    for name, curve in curves:
+        for out in curve:
+            cells = [
+                f"{out['concurrency']:,}",
+                f"{out['ttft_ms']:,.1f}",
+                f"{out['tpot_ms']:,.2f}",
+                f"{1e3 / out['tpot_ms']:,.1f}" if out["tpot_ms"] > 0 else "—",  # one output token: no decode
+                f"{out['output_throughput_per_gpu']:,.1f}",
+                f"{out['total_throughput_per_gpu']:,.1f}",
+                f"{out['requests_per_s']:,.2f}",
+                f"{out['decode_step']['batch']:,}",
+            ]
+            t.add_row(*([name, *cells] if several else cells))
     print_table(console, t)
-    acc = curve[0].get("accuracy")
+    acc = curves[0][1][0].get("accuracy")
     if acc:
         ttft_lo, ttft_hi = acc["ttft_ratio_p10"], acc["ttft_ratio_p90"]
         console.print(
@@ -318,8 +358,9 @@ def _print_curve(curve: list[dict[str, Any]], title: str) -> None:
             f"(median errors {100 * acc['ttft_median_ape']:.0f} % and {100 * acc['tpot_median_ape']:.0f} %)"
         )
     seen: list[str] = []
-    for out in curve:
-        seen += [n for n in out["notes"] if n not in seen]
+    for _, curve in curves:
+        for out in curve:
+            seen += [n for n in out["notes"] if n not in seen]
     for note in seen:
         console.print(f"note: {note}")
 

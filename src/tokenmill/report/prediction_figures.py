@@ -1,4 +1,5 @@
-"""The figure of ``tokenmill predict --concurrency 1,4,16,64 --figure F``: a deployment's curve.
+"""The figure of ``tokenmill predict --concurrency 1,4,16,64 --figure F``: a deployment's curve
+(one per layout with ``--compare``).
 
 Left: output tokens per second per GPU against output tokens per second per user (1 / TPOT), one
 point per concurrency: the trade InferenceX-style charts choose deployments on (up and to the
@@ -15,19 +16,31 @@ from typing import Any
 from tokenmill.report.memory_figures import _check_suffix, _pyplot
 
 
-def curve_figure(points: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
-    """Write the curve of ``points`` (``Prediction.to_dict()`` objects, any order) to ``path``."""
+def curve_figure(curves: Sequence[tuple[str, Sequence[dict[str, Any]]]], path: Path, title: str = "") -> Path:
+    """Write the curves (per layout: its name and its ``Prediction.to_dict()`` points, any order)
+    to ``path``; a legend when there are several layouts."""
     _check_suffix(path)
-    pts = sorted(points, key=lambda p: p["concurrency"])
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.6))
-    decoding = [p for p in pts if p["tpot_ms"] > 0]  # one output token (OSL 1) has no time per token
-    per_user = [1e3 / p["tpot_ms"] for p in decoding]
-    per_gpu = [p["output_throughput_per_gpu"] for p in decoding]
-    left.plot(per_user, per_gpu, marker="o", color="#4e79a7")
-    for p, x, y in zip(decoding, per_user, per_gpu, strict=True):
-        left.annotate(f"{p['concurrency']:,}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    if not decoding:
+    levels: set[int] = set()
+    decoding_any = False
+    markers = ("o", "s", "^", "D", "v", "P")  # overlapping curves stay apart by their markers
+    for i, (name, points) in enumerate(curves):
+        marker = markers[i % len(markers)]
+        pts = sorted(points, key=lambda p: p["concurrency"])
+        decoding = [p for p in pts if p["tpot_ms"] > 0]  # one output token (OSL 1) has no time per token
+        decoding_any = decoding_any or bool(decoding)
+        per_user = [1e3 / p["tpot_ms"] for p in decoding]
+        per_gpu = [p["output_throughput_per_gpu"] for p in decoding]
+        line = left.plot(per_user, per_gpu, marker=marker, label=name)[0]
+        for p, x, y in zip(decoding, per_user, per_gpu, strict=True):
+            left.annotate(f"{p['concurrency']:,}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        conc = [p["concurrency"] for p in pts]
+        levels.update(conc)
+        right.plot(
+            conc, [p["ttft_ms"] / 1e3 for p in pts], marker=marker, color=line.get_color(), label=name, alpha=0.85
+        )
+    if not decoding_any:
         left.text(0.5, 0.5, "one output token per request: no decode", ha="center", transform=left.transAxes)
     left.set_xlabel("output tokens/s per user (1 / TPOT)")
     left.set_ylabel("output tokens/s per GPU")
@@ -35,17 +48,19 @@ def curve_figure(points: Sequence[dict[str, Any]], path: Path, title: str = "") 
     left.set_xlim(left=0)
     left.set_ylim(bottom=0)
     left.grid(alpha=0.3)
-    conc = [p["concurrency"] for p in pts]
-    right.plot(conc, [p["ttft_ms"] / 1e3 for p in pts], marker="o", color="#e15759")
-    if len(conc) > 1 and conc[-1] / conc[0] >= 8:
+    ordered = sorted(levels)
+    if len(ordered) > 1 and ordered[-1] / ordered[0] >= 8:
         right.set_xscale("log", base=2)
-        right.set_xticks(conc, [f"{c:,}" for c in conc])
+        right.set_xticks(ordered, [f"{c:,}" for c in ordered])
         right.minorticks_off()
     right.set_xlabel("concurrency (requests in flight)")
     right.set_ylabel("mean time to first token (s)")
     right.set_title("time to first token", fontsize=10)
     right.set_ylim(bottom=0)
     right.grid(alpha=0.3)
+    if len(curves) > 1:
+        left.legend(fontsize=8)
+        right.legend(fontsize=8)
     fig.suptitle(title or "predicted closed-loop curve", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
