@@ -659,3 +659,19 @@ def test_compared_layouts_are_each_predicted_as_alone(capsys: pytest.CaptureFixt
 def test_a_bad_comparison_is_one_line(extra: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(capsys, *K3_FRESH, *extra)
     assert code == 2 and out == "" and err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_compared_layouts_over_other_gpu_counts_show_them(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--isl", "512", "--osl", "64")
+    code, out, err = cli(capsys, *base, "--concurrency", "1,8", "--compare", "gpus=2,tp=2")
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if "concurrency" in line)
+    assert [c.strip() for c in header.split("┃")][:3] == ["layout", "GPUs", "concurrency"]
+    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines() if line.count("│") == 9]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("TP1", "1", "1"),
+        ("TP1", "1", "8"),
+        ("TP2", "2", "1"),
+        ("TP2", "2", "8"),
+    ]
+    assert "on h100 (sglang)" in out  # the title names no GPU count the layouts do not share

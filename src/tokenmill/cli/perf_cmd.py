@@ -237,8 +237,10 @@ def predict(
                         bar(1)
                 curves.append((name, curve))
     first = curves[0][1][0]
-    on = f"{described if len(named) == 1 else model} on {first['gpus']}×{first['gpu']} ({b})"
-    title = f"{first['model']} {on}: ISL {isl:,} OSL {osl:,}" if len(named) == 1 else f"{on}: ISL {isl:,} OSL {osl:,}"
+    counts = {curve[0]["gpus"] for _, curve in curves}  # a compared layout may take other GPUs
+    where = f"{first['gpus']}×{first['gpu']}" if len(counts) == 1 else str(first["gpu"])
+    what = f"{first['model']} {described}" if len(named) == 1 else str(first["model"])
+    title = f"{what} on {where} ({b}): ISL {isl:,} OSL {osl:,}"
     written: list[str] = []
     if figures:
         from tokenmill.report.prediction_figures import curve_figure
@@ -322,6 +324,7 @@ def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> 
 
     console = Console()
     several = len(curves) > 1
+    counted = len({curve[0]["gpus"] for _, curve in curves}) > 1  # layouts over different GPU counts
     t = Table(title=title, show_edge=False)
     columns = (
         "concurrency",
@@ -333,7 +336,8 @@ def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> 
         "requests/s",
         "decode batch",
     )
-    for col in ("layout", *columns) if several else columns:
+    lead = ("layout", "GPUs") if counted else ("layout",) if several else ()
+    for col in (*lead, *columns):
         t.add_column(col, justify="left" if col == "layout" else "right")
     for name, curve in curves:
         for out in curve:
@@ -347,7 +351,8 @@ def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> 
                 f"{out['requests_per_s']:,.2f}",
                 f"{out['decode_step']['batch']:,}",
             ]
-            t.add_row(*([name, *cells] if several else cells))
+            lead_cells = [name, str(out["gpus"])] if counted else [name] if several else []
+            t.add_row(*lead_cells, *cells)
     print_table(console, t)
     acc = curves[0][1][0].get("accuracy")
     if acc:
