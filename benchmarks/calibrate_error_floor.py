@@ -22,6 +22,12 @@ behind other requests' prompts over its life (prefill steps, or prefill chunks r
 decode steps). Two lengths give both, for the measurements and for the predictions alike; a
 256-token row, where there is one, checks the form. By engine release: how far the predicted
 decode step and the predicted interference are from the measured ones.
+
+**First-token lines.** Where an aggregated configuration was measured at concurrency ≤ 4 with
+1,024- and 8,192-token prompts (1,024 output tokens, all else equal), little queues and its mean
+TTFT is read as a line ``a + b × ISL``: ``a`` what a first token costs whatever the prompt (front
+end, scheduling, fixed per-step costs), ``b`` the cost per prompt token. By engine: how far the
+predicted slope and intercept are from the measured ones.
 """
 
 from __future__ import annotations
@@ -170,6 +176,45 @@ def tpot_split(points: list[tuple[SplitPoint, float, Row]]) -> dict[str, dict[st
     return out
 
 
+FIRST_TOKEN_ISL = (1024, 8192)
+
+
+def first_token_lines(scored: list[tuple[Row, float, float]]) -> dict[str, dict[str, float]]:
+    """Per engine, over the configurations measured at c ≤ 4 at both FIRST_TOKEN_ISL (OSL 1,024,
+    all else equal): median measured and predicted slope (ms per 1,000 prompt tokens) and
+    intercept (ms) of TTFT against the prompt length, and the median of their ratio/difference."""
+    same: dict[tuple[str, ...], dict[int, tuple[float, float]]] = defaultdict(dict)
+    for r, et, _ in scored:
+        if r["mode"] != "agg" or int(r["batch_size"] or 0) > 4 or r["osl"] != "1024":
+            continue
+        isl = int(r["isl"])
+        if isl not in FIRST_TOKEN_ISL:
+            continue
+        key = (r["backend"], *(v for k, v in sorted(r.items()) if k not in _RESULTS and k != "isl"))
+        measured = float(r["silicon_ttft_ms"])
+        same[key].setdefault(isl, (measured, measured * math.exp(et)))  # et = log(predicted ÷ measured)
+    by: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
+    lo, hi = FIRST_TOKEN_ISL
+    for key, pts in same.items():
+        if lo not in pts or hi not in pts:
+            continue
+        (m_lo, p_lo), (m_hi, p_hi) = pts[lo], pts[hi]
+        m_slope, p_slope = (m_hi - m_lo) / (hi - lo) * 1000, (p_hi - p_lo) / (hi - lo) * 1000
+        by[key[0]].append((m_slope, p_slope, m_lo - m_slope * lo / 1000, p_lo - p_slope * lo / 1000))
+    out = {}
+    for backend, lines in sorted(by.items()):
+        out[backend] = {
+            "configurations": len(lines),
+            "slope_measured_ms_per_1k": statistics.median(x[0] for x in lines),
+            "slope_predicted_ms_per_1k": statistics.median(x[1] for x in lines),
+            "slope_measured_over_predicted": statistics.median(x[0] / x[1] for x in lines if x[1] > 0),
+            "intercept_measured_ms": statistics.median(x[2] for x in lines),
+            "intercept_predicted_ms": statistics.median(x[3] for x in lines),
+            "intercept_measured_minus_predicted_ms": statistics.median(x[2] - x[3] for x in lines),
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--predictions", required=True, help="PRED.csv written by `tokenmill calibrate evaluate`")
@@ -241,6 +286,7 @@ def main() -> None:
     }
     for path in args.split_figure:
         tpot_split_figure([p for p, _, _ in points], Path(path))
+    out["first_token_lines"] = first_token_lines(scored)
     configurations = split_by_configuration(points) if args.by_configuration else []
     if configurations:
         out["tpot_split_by_configuration"] = configurations
@@ -280,6 +326,22 @@ def main() -> None:
         print(
             f"all {every['points']} points: decode step off by {100 * every['decode_step_median_ape']:.1f} %, "
             f"interference by {100 * every['interference_median_ape']:.1f} % (median absolute errors)"
+        )
+    lines = out["first_token_lines"]
+    assert isinstance(lines, dict)
+    lo, hi = FIRST_TOKEN_ISL
+    print(f"\nTTFT = a + b × ISL at concurrency ≤ 4, from rows at {lo} and {hi} prompt tokens:")
+    print(
+        "| engine | configurations | slope b, measured / predicted (ms per 1k tokens) | measured ÷ predicted "
+        "| intercept a, measured / predicted (ms) | measured − predicted |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for backend, v in lines.items():
+        print(
+            f"| {backend} | {v['configurations']} | {v['slope_measured_ms_per_1k']:.1f} / "
+            f"{v['slope_predicted_ms_per_1k']:.1f} | {v['slope_measured_over_predicted']:.2f} | "
+            f"{v['intercept_measured_ms']:.0f} / {v['intercept_predicted_ms']:.0f} | "
+            f"{v['intercept_measured_minus_predicted_ms']:+.0f} |"
         )
     if configurations:
         print("\nBy configuration (H per other lane: H ÷ (C − 1), median over the sweep's concurrencies):")
