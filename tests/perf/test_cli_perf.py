@@ -239,6 +239,15 @@ def test_predict_json(capsys: pytest.CaptureFixture[str]) -> None:
     split = d["tpot_split_ms"]
     assert split["decode_step"] + split["behind_prompts"] == pytest.approx(d["tpot_ms"], abs=1e-3)
     assert split["decode_step"] == pytest.approx(d["decode_step"]["ms"], rel=1e-4)  # one token per step
+    # where the first token's time goes: the front end is the engine's fitted request latency
+    parts = d["ttft_split_ms"]
+    assert list(parts) == ["front_end", "queued", "prefill"]
+    assert sum(parts.values()) == pytest.approx(d["ttft_ms"], abs=2e-3)
+    assert parts["front_end"] == pytest.approx(d["params"]["request_latency_s"] * 1e3, abs=1e-3)
+    share = d["burst_share"]
+    assert share == d["params"]["burst_share"]
+    reg = d["ttft_regimes_ms"]
+    assert d["ttft_ms"] == pytest.approx(share * reg["lock_step"] + (1 - share) * reg["drifted"], abs=2e-3)
     # the shipped bands: B300 under SGLang is one model's campaign (31 DeepSeek-V3 rows), so the band
     # is the engine's, over all its GPUs and models
     acc = d["accuracy"]
@@ -600,8 +609,8 @@ def test_a_curve_of_one_token_answers_has_no_speed_per_user(tmp_path: Path, caps
     figure = tmp_path / "c.png"
     code, out, err = cli(capsys, *base, "--concurrency", "1,4", "--figure", str(figure))
     assert code == 0, err
-    rows = [line.split("│") for line in out.splitlines() if line.count("│") == 7]
-    assert [r[0].strip() for r in rows] == ["1", "4"] and all(r[3].strip() == "—" for r in rows)
+    rows = [line.split("│") for line in out.splitlines() if line.count("│") == 8]
+    assert [r[0].strip() for r in rows] == ["1", "4"] and all(r[4].strip() == "—" for r in rows)
     assert figure.read_bytes().startswith(b"\x89PNG")
 
 
@@ -667,7 +676,7 @@ def test_compared_layouts_over_other_gpu_counts_show_them(capsys: pytest.Capture
     assert code == 0, err
     header = next(line for line in out.splitlines() if "concurrency" in line)
     assert [c.strip() for c in header.split("┃")][:3] == ["layout", "GPUs", "concurrency"]
-    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines() if line.count("│") == 9]
+    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines() if line.count("│") == 10]
     assert [(r[0], r[1], r[2]) for r in rows] == [
         ("TP1", "1", "1"),
         ("TP1", "1", "8"),
@@ -675,3 +684,27 @@ def test_compared_layouts_over_other_gpu_counts_show_them(capsys: pytest.Capture
         ("TP2", "2", "8"),
     ]
     assert "on h100 (sglang)" in out  # the title names no GPU count the layouts do not share
+
+
+def test_the_table_says_where_the_first_token_goes(capsys: pytest.CaptureFixture[str]) -> None:
+    """One line splits the TTFT; at many lanes a second gives the two closed-loop regimes behind
+    it (lock step and drifted apart), which differ there; at one lane they agree and it is left
+    out."""
+    base = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--isl", "4000", "--osl", "100")
+    code, out, _ = cli(capsys, *base, "--concurrency", "64")
+    text = " ".join(out.split())
+    assert code == 0
+    assert "ms front end +" in text and "ms queued for admission +" in text and "ms admission to first token" in text
+    assert "lanes in lock step: TTFT" in text and "(sglang's fitted burst share)" in text
+    code, js, _ = cli(capsys, *base, "--concurrency", "64", "--json")
+    d = json.loads(js)
+    assert d["ttft_split_ms"]["queued"] > 0 and d["ttft_regimes_ms"]["lock_step"] > d["ttft_regimes_ms"]["drifted"]
+    assert f"TTFT {d['ttft_ms']:,.2f} ms = {d['ttft_split_ms']['front_end']:,.2f} ms front end" in text
+    code, out, _ = cli(capsys, *base, "--concurrency", "1")
+    text = " ".join(out.split())
+    assert code == 0 and "0.00 ms queued for admission" in text and "lanes in lock step" not in text
+    # a curve gives the queued part of each point's TTFT as a column
+    code, out, _ = cli(capsys, *base, "--concurrency", "1,64")
+    assert code == 0 and "of it queued ms" in out
+    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines() if "│" in line]
+    assert rows[-1][0] == "64" and rows[-1][2] == f"{d['ttft_split_ms']['queued']:,.1f}"

@@ -226,3 +226,65 @@ def test_the_two_regimes_replayed_at_once_give_the_same_result(monkeypatch: pyte
     assert entered == [True]
     assert children == [can_fork()] * 2
     assert at_once == one_by_one
+
+
+# --- where the TTFT goes -------------------------------------------------------------------------
+
+
+def _prefill_alone_s(isl: int, params: PerfParams) -> float:
+    """One prompt of ``isl`` tokens prefilled alone in one step, costed directly."""
+    from tokenmill.perf.batch import BatchShape, PrefillWork
+
+    return CostModel(LLAMA8, H100, PLAN.layout, params).step_time(BatchShape(prefill=(PrefillWork(isl),))).seconds
+
+
+def test_one_lane_never_queues_and_its_first_token_is_one_prefill_step() -> None:
+    """At one lane every request reaches an idle engine: TTFT = the front end + one prefill step
+    of the prompt, nothing queued, and both regimes agree."""
+    params = PerfParams(request_latency_s=0.03)
+    res = replay_aggregated(PLAN, "sglang", 2000, 64, 1, params)
+    prefill = _prefill_alone_s(2000, params)
+    assert res.ttft_split["queued"] == 0.0
+    assert res.ttft_split["front_end"] == pytest.approx(0.03, rel=1e-12)
+    assert res.ttft_split["prefill"] == pytest.approx(prefill, rel=1e-9)
+    assert res.ttft_s == pytest.approx(0.03 + prefill, rel=1e-9)
+    assert res.ttft_regimes["lock_step"] == pytest.approx(res.ttft_regimes["drifted"], rel=1e-9)
+
+
+def test_lanes_in_lock_step_queue_one_prompt_step_behind_another() -> None:
+    """SGLang, prompts of exactly one chunk (8,192 tokens on an H100), four lanes in lock step:
+    every wave's four prompts arrive together and are prefilled one per step, decoding waiting
+    (prefill first), so the k-th waits k − 1 prefill steps: queued (0 + 1 + 2 + 3) / 4 = 1.5
+    steps, first token 2.5 steps after the send."""
+    params = PerfParams(request_latency_s=0.02, burst_share=1.0)
+    assert engine_policy("sglang", H100, PLAN.layout).chunk_tokens == 8192
+    res = replay_aggregated(PLAN, "sglang", 8192, 32, 4, params)
+    step = _prefill_alone_s(8192, params)
+    assert list(res.ttft_regimes) == ["lock_step"]  # burst share 1: the drifted regime weighs nothing
+    assert res.ttft_split["queued"] == pytest.approx(1.5 * step, rel=1e-9)
+    assert res.ttft_split["prefill"] == pytest.approx(step, rel=1e-9)
+    assert res.ttft_s == pytest.approx(0.02 + 2.5 * step, rel=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["sglang", "vllm", "trtllm"])
+def test_ttft_split_adds_up_and_the_regimes_weigh_by_the_burst_share(backend: str) -> None:
+    params = PerfParams(burst_share=0.3)
+    res = replay_aggregated(PLAN, backend, 3000, 200, 24, params)
+    assert set(res.ttft_split) == {"front_end", "queued", "prefill"}
+    assert sum(res.ttft_split.values()) == pytest.approx(res.ttft_s, rel=1e-12)
+    assert all(v >= 0 for v in res.ttft_split.values())
+    reg = res.ttft_regimes
+    assert res.ttft_s == pytest.approx(0.3 * reg["lock_step"] + 0.7 * reg["drifted"], rel=1e-12)
+    assert reg["lock_step"] > reg["drifted"]  # 24 prompts at once wait behind each other
+
+
+def test_disaggregated_ttft_split_names_the_hand_over() -> None:
+    params = PerfParams()
+    res = replay_disaggregated(PLAN, PLAN, 1, 1, "sglang", 2048, 256, 8, params)
+    assert list(res.ttft_split) == ["front_end", "queued", "prefill", "kv_transfer"]
+    assert sum(res.ttft_split.values()) == pytest.approx(res.ttft_s, rel=1e-12)
+    assert res.ttft_split["front_end"] == pytest.approx(params.request_latency_s)
+    # the hand-over: its fixed latency plus the bytes over the NIC (an H100 node is its own NVLink domain)
+    nic = H100.nic_bandwidth_bytes_per_s * params.network_bandwidth_efficiency
+    expected = params.kv_transfer_latency_s + transfer_bytes(PLAN, 2048) / nic
+    assert res.ttft_split["kv_transfer"] == pytest.approx(expected, rel=1e-9)

@@ -292,6 +292,10 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
             cells += ["", ""]
         t.add_row(*cells)
     print_table(console, t)
+    console.print(_ttft_split_line(out))
+    regimes = _regimes_line(out)
+    if regimes:
+        console.print(regimes)
     split = out["tpot_split_ms"]
     if out.get("disaggregated"):
         console.print(f"TPOT {out['tpot_ms']:,.2f} ms = one decode step: no prompt shares the decode workers' steps")
@@ -314,6 +318,38 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
         console.print(f"note: {note}")
 
 
+#: How the TTFT line names the parts of ``ttft_split_ms``.
+_TTFT_PARTS = {
+    "front_end": "front end",
+    "queued": "queued for admission",
+    "prefill": "admission to first token",
+    "pipeline_drain": "pipeline drain",
+    "kv_transfer": "KV hand-over",
+}
+
+
+def _ttft_split_line(out: dict[str, Any]) -> str:
+    """Where the TTFT goes: ``TTFT X ms = a ms front end + b ms queued for admission + …``."""
+    parts = " + ".join(f"{v:,.2f} ms {_TTFT_PARTS.get(k, k)}" for k, v in out["ttft_split_ms"].items())
+    return f"TTFT {out['ttft_ms']:,.2f} ms = {parts}"
+
+
+def _regimes_line(out: dict[str, Any]) -> str | None:
+    """The two closed-loop regimes behind the TTFT when they differ by more than 1 %: how much the
+    prediction rests on the engine's fitted burst share (None otherwise)."""
+    reg = out["ttft_regimes_ms"]
+    if "lock_step" not in reg or "drifted" not in reg:
+        return None
+    lock, drift = reg["lock_step"], reg["drifted"]
+    if abs(lock - drift) <= 0.01 * max(lock, drift):
+        return None
+    share = out["burst_share"]
+    return (
+        f"lanes in lock step: TTFT {lock:,.2f} ms; drifted apart: {drift:,.2f} ms; "
+        f"weighed {share:.2f} : {1 - share:.2f} ({out['backend']}'s fitted burst share)"
+    )
+
+
 def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> None:
     """One row per layout and concurrency (a layout column when there are several), then the
     error band and the notes once."""
@@ -329,6 +365,7 @@ def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> 
     columns = (
         "concurrency",
         "TTFT ms",
+        "of it queued ms",
         "TPOT ms",
         "tok/s per user",
         "output tok/s per GPU",
@@ -344,6 +381,7 @@ def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> 
             cells = [
                 f"{out['concurrency']:,}",
                 f"{out['ttft_ms']:,.1f}",
+                f"{out['ttft_split_ms']['queued']:,.1f}",
                 f"{out['tpot_ms']:,.2f}",
                 f"{1e3 / out['tpot_ms']:,.1f}" if out["tpot_ms"] > 0 else "—",  # one output token: no decode
                 f"{out['output_throughput_per_gpu']:,.1f}",

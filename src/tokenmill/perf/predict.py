@@ -7,6 +7,14 @@ the calibrated constants of the GPU and engine (``perf.calibrated``); the notes 
 constant fell back to a prior. Per-GPU throughput divides by all GPUs of the deployment, as
 InferenceX does (DCP adds no GPUs).
 
+TTFT is split by where a request spends it (``ttft_split_ms``): the engine's fixed front-end
+latency, the wait from sending to admission (behind other prompts, or for pool room), and
+admission to first token (its prefill chunks); disaggregated serving adds the KV hand-over and a
+pipelined prefill worker's drain. ``ttft_regimes_ms`` gives the TTFT of each closed-loop regime
+replayed (lanes in lock step, lanes drifted apart; ``perf.replay``), which ``ttft_ms`` weighs by
+the engine's fitted ``burst_share``: how far apart they are is how much the prediction rests on
+that one constant.
+
 TPOT is split in two: the decode step (one pure decode step at the run's mean batch and context,
 per token it yields) and the rest, the time a request's decode spends in steps that also ran
 other requests' prompts (prefill steps, or prefill chunks riding in its decode steps). The second
@@ -64,6 +72,9 @@ class Prediction:
     decode_step_per_token_ms: float = 0.0
     disaggregated: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    ttft_split_ms: dict[str, float] = field(default_factory=dict)  # ReplayResult.ttft_split, in ms
+    ttft_regimes_ms: dict[str, float] = field(default_factory=dict)  # ReplayResult.ttft_regimes, in ms
+    burst_share: float = 0.0  # the weight of the lock-step regime in ttft_ms
 
     @property
     def behind_prompts_ms(self) -> float:
@@ -83,6 +94,9 @@ class Prediction:
             "concurrency": self.concurrency,
             "accept_length": self.accept_length,
             "ttft_ms": round(self.ttft_ms, 3),
+            "ttft_split_ms": {k: round(v, 3) for k, v in self.ttft_split_ms.items()},
+            "ttft_regimes_ms": {k: round(v, 3) for k, v in self.ttft_regimes_ms.items()},
+            "burst_share": self.burst_share,
             "tpot_ms": round(self.tpot_ms, 4),
             "tpot_split_ms": {
                 "decode_step": round(self.decode_step_per_token_ms, 4),
@@ -176,6 +190,9 @@ def _prediction(
         params=params.to_dict(),
         notes=[*(notes or []), *res.notes],
         decode_step_per_token_ms=step["seconds"] * 1e3 / accept,
+        ttft_split_ms={k: v * 1e3 for k, v in res.ttft_split.items()},
+        ttft_regimes_ms={k: v * 1e3 for k, v in res.ttft_regimes.items()},
+        burst_share=params.burst_share,
     )
 
 

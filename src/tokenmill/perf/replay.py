@@ -89,7 +89,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from tokenmill.core import Engine, Request, Scheduler
 from tokenmill.core.batch import ScheduledBatch, StepResult
@@ -191,6 +191,14 @@ class ReplayResult:
     notes: list[str] = field(default_factory=list)
     recorded: Recorded | None = None
     in_flight: int = 0  # requests the replayed deployment holds: its lanes over all workers
+    # where the TTFT goes (seconds, summing to ttft_s): "front_end" (the engine's fixed
+    # per-request latency), "queued" (send to admission: behind other prompts, or waiting for
+    # pool room), "prefill" (admission to first token: the prompt's chunks, in steps it may share
+    # with other requests' work), and for disaggregated serving "pipeline_drain" and "kv_transfer"
+    ttft_split: dict[str, float] = field(default_factory=dict)
+    # the TTFT of each regime replayed ("lock_step", "drifted"), front end included; ttft_s
+    # weighs them by the engine's burst_share
+    ttft_regimes: dict[str, float] = field(default_factory=dict)
 
     @property
     def requests_per_s(self) -> float:
@@ -448,12 +456,23 @@ def _latency_row(requests: float = 1.0, xfer_count: float = 0.0, xfer_bw_s: floa
     return ZERO_FEATURES._replace(requests=requests, xfer_count=xfer_count, xfer_bw_s=xfer_bw_s)
 
 
-def _means(reqs: list[_Req], first_wave: int) -> tuple[float, float, float, int]:
-    """The benchmark's mean TTFT, TPOT and request latency (waves weighted as in ``_groups``)."""
+class _Means(NamedTuple):
+    """A replay's benchmark means (waves weighted as in ``_groups``), in engine seconds."""
+
+    ttft: float
+    tpot: float
+    e2e: float
+    finished: int  # requests measured
+    queued: float  # of the TTFT: send to admission (behind other prompts, or waiting for pool room)
+
+
+def _means(reqs: list[_Req], first_wave: int) -> _Means:
+    """The benchmark's mean TTFT, TPOT and request latency (waves weighted as in ``_groups``), and
+    how much of the TTFT a request waited before the scheduler admitted it."""
     groups = _groups(reqs, first_wave)
     if not groups[0][0]:
         raise TokenmillError("cannot replay: no request finished")
-    ttft = tpot = e2e = 0.0
+    ttft = tpot = e2e = queued = 0.0
     count = 0
     for group, gw in groups:
         count += len(group)
@@ -462,7 +481,14 @@ def _means(reqs: list[_Req], first_wave: int) -> tuple[float, float, float, int]
         e2e += gw * sum(e - s for s, _, e, _ in firsts) / len(group)
         tpots = [(e - f) / (n - 1) for _, f, e, n in firsts if n > 1]
         tpot += gw * (sum(tpots) / len(tpots) if tpots else 0.0)
-    return ttft, tpot, e2e, count
+        # a finished request was admitted; its first admission counts (a retraction's wait is the
+        # time from admission to first token)
+        queued += gw * sum(max(0.0, (r.req.admitted_s or r.send_s) - r.send_s) for r in group) / len(group)
+    return _Means(ttft, tpot, e2e, count, queued)
+
+
+#: How predict names the regimes (``sync`` 1: lanes in lock step; 0: drifted apart).
+REGIME_NAMES: dict[int, str] = {1: "lock_step", 0: "drifted"}
 
 
 def _regime_weight(share: float, sync: int) -> float:
@@ -509,6 +535,7 @@ class _RegimeRun:
     notes: list[str]
     decode: tuple[float, float] | None  # the drifted replay's mean decode batch and context
     recorded: Recorded | None
+    queued: float = 0.0  # of ttft: send to admission
 
 
 def _run_regime(
@@ -541,7 +568,7 @@ def _run_regime(
         stagger=not sync,
         cohort=cohort,
     )
-    t, p, e, m = _means(reqs, first)
+    means = _means(reqs, first)
     recorded = None
     if log is not None:
         from tokenmill.perf.recorded import step_rows
@@ -551,7 +578,7 @@ def _run_regime(
     decode = None
     if not sync and isinstance(ex, _StrideExecutor) and ex.decode_steps:
         decode = (ex.decode_batch_sum / ex.decode_steps, ex.decode_ctx_sum / ex.decode_steps)
-    return _RegimeRun(t, p, e, m, notes, decode, recorded)
+    return _RegimeRun(means.ttft, means.tpot, means.e2e, means.finished, notes, decode, recorded, means.queued)
 
 
 def replay_aggregated(
@@ -601,18 +628,32 @@ def replay_aggregated(
 
         recorded = latency_rows([_latency_row()], [1.0], [0.0])
     batch, ctx = float(lanes), isl + osl / 2
+    queued = 0.0
+    lat = float(combine(_latency_row(), params)["request_latency"])
     for sync in syncs:
         r = runs[sync]
         w = _regime_weight(share, sync)
         notes += [n for n in r.notes if n not in notes]
         ttft, tpot, e2e, measured = ttft + w * r.ttft, tpot + w * r.tpot, e2e + w * r.e2e, measured + r.measured
+        queued += w * r.queued
         if recorded is not None and r.recorded is not None:
             recorded = recorded.concat(r.recorded)
         if r.decode is not None:
             batch, ctx = r.decode
-    lat = float(combine(_latency_row(), params)["request_latency"])
     return ReplayResult(
-        ttft + lat, tpot, e2e + lat, lanes, workers, measured, batch, ctx, notes, recorded, in_flight=lanes * workers
+        ttft + lat,
+        tpot,
+        e2e + lat,
+        lanes,
+        workers,
+        measured,
+        batch,
+        ctx,
+        notes,
+        recorded,
+        in_flight=lanes * workers,
+        ttft_split={"front_end": lat, "queued": queued, "prefill": ttft - queued},
+        ttft_regimes={REGIME_NAMES[sync]: runs[sync].ttft + lat for sync in syncs},
     )
 
 
@@ -633,6 +674,7 @@ class _PrefillRun:
     measured: int
     notes: list[str]
     replay: tuple[list[_Req], int, StepLog] | None = None
+    queued: float = 0.0  # of ttft: send to admission
 
 
 def replay_disaggregated(
@@ -700,7 +742,8 @@ def replay_disaggregated(
             prefill_plan, pcost, params, policy, isl, 1, lanes, think, record=record, stagger=not sync
         )
         kept = (reqs, first, log) if log is not None else None
-        return _PrefillRun(_means(reqs, first)[0], len(reqs) - first, more, kept)
+        means = _means(reqs, first)
+        return _PrefillRun(means.ttft, len(reqs) - first, more, kept, means.queued)
 
     # the fixed point first on the queue's closed form, then once through the replay
     per_prompt = _prefill_seconds_per_prompt(pcost, params, policy, isl, lanes)
@@ -716,9 +759,10 @@ def replay_disaggregated(
     think = (osl - 1) * tpot + xfer
     fork = parallel and not record and lanes >= PARALLEL_LANES
     runs = _replay_regimes(partial(run, think=think), syncs, fork, waiting)
-    t_pre = 0.0
+    t_pre = queued = 0.0
     for sync in syncs:
         t_pre += _regime_weight(share, sync) * runs[sync].ttft
+        queued += _regime_weight(share, sync) * runs[sync].queued
         notes += [n for n in runs[sync].notes if n not in notes]
     ttft = t_pre + drain + xfer + lat
     batch = _decoding(per_worker, (osl - 1) * tpot, ttft)
@@ -738,8 +782,24 @@ def replay_disaggregated(
                 recorded = recorded.concat(step_rows(log.features, log.mult, log.step, wt, None, sync))
     e2e = ttft + (osl - 1) * tpot
     measured = sum(runs[sync].measured for sync in syncs)
+    split = {"front_end": lat, "queued": queued, "prefill": t_pre - queued}
+    if drain:
+        split["pipeline_drain"] = drain
+    split["kv_transfer"] = xfer
     return ReplayResult(
-        ttft, tpot, e2e, lanes, max(1, prefill_workers), measured, batch, ctx, notes, recorded, in_flight=concurrency
+        ttft,
+        tpot,
+        e2e,
+        lanes,
+        max(1, prefill_workers),
+        measured,
+        batch,
+        ctx,
+        notes,
+        recorded,
+        in_flight=concurrency,
+        ttft_split=split,
+        ttft_regimes={REGIME_NAMES[sync]: runs[sync].ttft + drain + xfer + lat for sync in syncs},
     )
 
 
