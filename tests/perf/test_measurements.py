@@ -104,7 +104,11 @@ def test_product_encoded_sizes_are_repaired_and_flagged() -> None:
 def test_broken_rows_are_skipped_with_a_reason() -> None:
     bad = interpret(row(tp_size="2", moe_tp_size="2", moe_ep_size="2"), MODELS)
     assert isinstance(bad, Skip) and "inconsistent" in bad.reason
-    assert isinstance(interpret(row(model_path="acme/Unknown-7B"), MODELS), Skip)
+    unknown = interpret(row(model_path="acme/Unknown-7B"), MODELS)
+    assert isinstance(unknown, Skip)
+    assert unknown.reason == "no config for model_path 'acme/Unknown-7B' in the models dir"
+    empty = interpret(row(model_path=" "), MODELS)
+    assert isinstance(empty, Skip) and empty.reason == "model_path missing"
     assert "unknown system" in interpret(row(system="tpu_v9"), MODELS).reason  # type: ignore[union-attr]
 
 

@@ -346,9 +346,11 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
     except TokenmillError:
         return Skip(rid, f"unknown system {system!r}", row)
     model_path = (row.get("model_path") or "").strip()
+    if not model_path:
+        return Skip(rid, "model_path missing", row)
     config, name_note = find_config(model_path, models_dir)
     if config is None:
-        return Skip(rid, f"no config for {model_path} in the models dir", row)
+        return Skip(rid, f"no config for model_path {model_path!r} in the models dir", row)
     isl, osl = _int(row, "isl"), _int(row, "osl")
     if isl is None or osl is None:
         return Skip(rid, _not_positive(row, "isl" if isl is None else "osl"), row)
