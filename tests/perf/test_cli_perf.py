@@ -708,3 +708,61 @@ def test_the_table_says_where_the_first_token_goes(capsys: pytest.CaptureFixture
     assert code == 0 and "of it queued ms" in out
     rows = [[c.strip() for c in line.split("│")] for line in out.splitlines() if "│" in line]
     assert rows[-1][0] == "64" and rows[-1][2] == f"{d['ttft_split_ms']['queued']:,.1f}"
+
+
+def test_a_target_marks_the_points_and_names_the_best_within_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--isl", "4000", "--osl", "200")
+    levels = ("--concurrency", "1,4,16,64,256")
+    code, out, _ = cli(capsys, *base, *levels, "--json")
+    plain = json.loads(out)["points"]
+    assert code == 0 and all("meets_slo" not in p for p in plain)  # no target, no marks
+    # a target between the points' own figures, so some meet it and some do not
+    ttft_cap = sorted(p["ttft_ms"] for p in plain)[2] * 1.001
+    tpot_cap = sorted(p["tpot_ms"] for p in plain)[3] * 1.001
+    target = ("--slo-ttft-ms", str(ttft_cap), "--slo-tpot-ms", str(tpot_cap))
+    code, out, _ = cli(capsys, *base, *levels, *target, "--json")
+    d = json.loads(out)
+    assert code == 0 and d["slo"] == {"ttft_ms": ttft_cap, "tpot_ms": tpot_cap}
+    meets = [p["ttft_ms"] <= ttft_cap and p["tpot_ms"] <= tpot_cap for p in plain]
+    assert [p["meets_slo"] for p in d["points"]] == meets and any(meets) and not all(meets)
+    best = max((p for p, ok in zip(plain, meets, strict=True) if ok), key=lambda p: p["output_throughput_per_gpu"])
+    assert d["best_under_slo"]["concurrency"] == best["concurrency"]
+    # the table: a column of the same marks, and a line naming the best point
+    code, out, _ = cli(capsys, *base, *levels, *target)
+    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines() if "│" in line]
+    assert code == 0 and [r[-1] for r in rows] == ["yes" if ok else "no" for ok in meets]
+    line = f"within the target (mean TTFT ≤ {ttft_cap:,g} ms and TPOT ≤ {tpot_cap:,g} ms): concurrency "
+    assert line + f"{best['concurrency']:,}," in " ".join(out.split())
+    # compared layouts: each names its own best point
+    code, out, _ = cli(capsys, *base, *levels, *target, "--compare", "kv-cache-dtype=fp8_e4m3", "--json")
+    layouts = json.loads(out)["layouts"]
+    assert code == 0 and layouts[0]["best_under_slo"] == d["best_under_slo"]
+    for entry in layouts:
+        ok = [p for p in entry["points"] if p["ttft_ms"] <= ttft_cap and p["tpot_ms"] <= tpot_cap]
+        top = max(ok, key=lambda p: p["output_throughput_per_gpu"])["concurrency"] if ok else None
+        assert (entry["best_under_slo"] or {}).get("concurrency") == top
+    # the figure draws the bounds
+    svg = tmp_path / "curve.svg"
+    code, _, _ = cli(capsys, *base, *levels, *target, "--figure", str(svg))
+    text = svg.read_text()
+    assert code == 0 and f"target: TPOT ≤ {tpot_cap:g} ms" in text and f"target: TTFT ≤ {ttft_cap / 1e3:g} s" in text
+    # one bound alone; one that nothing meets; one point
+    code, out, _ = cli(capsys, *base, *levels, "--slo-tpot-ms", "0.001", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["best_under_slo"] is None and d["slo"]["ttft_ms"] is None
+    code, out, _ = cli(capsys, *base, *levels, "--slo-tpot-ms", "0.001")
+    assert code == 0 and "no point meets the target (mean TPOT ≤ 0.001 ms)" in " ".join(out.split())
+    code, out, _ = cli(capsys, *base, "--slo-ttft-ms", "1e9")
+    assert code == 0 and "target mean TTFT ≤ 1e+09 ms: met" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--slo-ttft-ms", "0"), ("--slo-tpot-ms", "-2"), ("--slo-tpot-ms", "inf")])
+def test_a_bad_target_is_one_line(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, *SMALL, flag, value)
+    assert (
+        code == 2
+        and out == ""
+        and err.strip() == (f"error: {flag} must be a finite number of milliseconds > 0 (got {float(value)})")
+    ), err

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -135,6 +136,12 @@ def predict(
     label: Annotated[
         list[str] | None, typer.Option("--label", help="Names of the layouts, in order (the base first).")
     ] = None,
+    slo_ttft_ms: Annotated[
+        float | None, typer.Option("--slo-ttft-ms", help="Target: mean time to first token (marks the points).")
+    ] = None,
+    slo_tpot_ms: Annotated[
+        float | None, typer.Option("--slo-tpot-ms", help="Target: mean time per output token (marks the points).")
+    ] = None,
     json_out: JsonOpt = False,
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
@@ -145,7 +152,9 @@ def predict(
     ``--decode-gpus`` GPUs each decode, and the KV (and state) of every request is handed over.
     With several concurrencies (``--concurrency 1,4,16,64``) it predicts each and prints the curve:
     per-GPU throughput against each user's tokens per second, the trade a deployment is chosen on.
-    ``--compare`` predicts other layouts beside the base (aggregated serving), as ``sweep`` does."""
+    ``--compare`` predicts other layouts beside the base (aggregated serving), as ``sweep`` does.
+    ``--slo-ttft-ms``/``--slo-tpot-ms`` mark the points whose mean TTFT and TPOT meet the target
+    and name, per layout, the one with the most output per GPU among them."""
     from tokenmill.perf.accuracy import band_for
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.predict import predict as run
@@ -160,6 +169,7 @@ def predict(
         )
     for level in levels:
         check_concurrency(level, "--concurrency")
+    slo = _slo_target(slo_ttft_ms, slo_tpot_ms)
     figures = figure or []
     for path in figures:
         check_output("--figure", path, FIGURE_SUFFIXES)
@@ -205,6 +215,8 @@ def predict(
                 "ttft_ms_range_80": [round(x, 3) for x in band.interval("ttft", pred.ttft_ms)],
                 "tpot_ms_range_80": [round(x, 4) for x in band.interval("tpot", pred.tpot_ms)],
             }
+        if slo is not None:
+            out["meets_slo"] = _meets(out, slo)
         out["notes"].append(band_note)
         return out
 
@@ -245,26 +257,68 @@ def predict(
     if figures:
         from tokenmill.report.prediction_figures import curve_figure
 
-        written = [str(curve_figure(curves, path, title)) for path in figures]
+        written = [str(curve_figure(curves, path, title, slo)) for path in figures]
     if json_out:
         if len(named) > 1:
             out: dict[str, Any] = {"layouts": [{"name": name, "points": curve} for name, curve in curves]}
+            if slo is not None:
+                for entry in out["layouts"]:
+                    entry["best_under_slo"] = _best_point(entry["points"])
         else:
             curve = curves[0][1]
             out = curve[0] if len(curve) == 1 else {"points": curve}
+            if slo is not None and len(curve) > 1:
+                out["best_under_slo"] = _best_point(curve)
+        if slo is not None:
+            out["slo"] = slo
         if written:
             out["figures"] = written
         print(json.dumps(out, indent=2))
         return
     if len(named) == 1 and len(levels) == 1:
-        _print_prediction(curves[0][1][0], described)
+        _print_prediction(curves[0][1][0], described, slo)
     else:
-        _print_curve(curves, title)
+        _print_curve(curves, title, slo)
     for path_name in written:
         print(f"wrote {path_name}")
 
 
-def _print_prediction(out: dict[str, Any], layout: str) -> None:
+def _slo_target(ttft_ms: float | None, tpot_ms: float | None) -> dict[str, float | None] | None:
+    """The target ``--slo-ttft-ms``/``--slo-tpot-ms`` set (either or both), or None."""
+    for flag, value in (("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise TokenmillError(f"{flag} must be a finite number of milliseconds > 0 (got {value})")
+    if ttft_ms is None and tpot_ms is None:
+        return None
+    return {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms}
+
+
+def _meets(out: dict[str, Any], slo: dict[str, float | None]) -> bool:
+    """Whether a point's mean TTFT and TPOT are within the target (a bound not set always holds)."""
+    ttft, tpot = slo["ttft_ms"], slo["tpot_ms"]
+    return (ttft is None or out["ttft_ms"] <= ttft) and (tpot is None or out["tpot_ms"] <= tpot)
+
+
+def _best_point(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Of the points that meet the target, the one with the most output per GPU (the fewer lanes
+    on a tie), as its concurrency and throughputs; None when none meets it."""
+    ok = [p for p in curve if p.get("meets_slo")]
+    if not ok:
+        return None
+    best = max(ok, key=lambda p: (p["output_throughput_per_gpu"], -p["concurrency"]))
+    return {
+        "concurrency": best["concurrency"],
+        "output_throughput_per_gpu": best["output_throughput_per_gpu"],
+        "requests_per_s": best["requests_per_s"],
+    }
+
+
+def _slo_words(slo: dict[str, float | None]) -> str:
+    parts = [f"{name} ≤ {slo[key]:,g} ms" for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")) if slo[key]]
+    return "mean " + " and ".join(parts)
+
+
+def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | None] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -292,6 +346,8 @@ def _print_prediction(out: dict[str, Any], layout: str) -> None:
             cells += ["", ""]
         t.add_row(*cells)
     print_table(console, t)
+    if slo is not None:
+        console.print(f"target {_slo_words(slo)}: {'met' if out['meets_slo'] else 'not met'}")
     console.print(_ttft_split_line(out))
     regimes = _regimes_line(out)
     if regimes:
@@ -350,7 +406,9 @@ def _regimes_line(out: dict[str, Any]) -> str | None:
     )
 
 
-def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> None:
+def _print_curve(
+    curves: list[tuple[str, list[dict[str, Any]]]], title: str, slo: dict[str, float | None] | None = None
+) -> None:
     """One row per layout and concurrency (a layout column when there are several), then the
     error band and the notes once."""
     from rich.console import Console
@@ -372,6 +430,7 @@ def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> 
         "total tok/s per GPU",
         "requests/s",
         "decode batch",
+        *(("meets target",) if slo is not None else ()),
     )
     lead = ("layout", "GPUs") if counted else ("layout",) if several else ()
     for col in (*lead, *columns):
@@ -388,10 +447,23 @@ def _print_curve(curves: list[tuple[str, list[dict[str, Any]]]], title: str) -> 
                 f"{out['total_throughput_per_gpu']:,.1f}",
                 f"{out['requests_per_s']:,.2f}",
                 f"{out['decode_step']['batch']:,}",
+                *(("yes" if out["meets_slo"] else "no",) if slo is not None else ()),
             ]
             lead_cells = [name, str(out["gpus"])] if counted else [name] if several else []
             t.add_row(*lead_cells, *cells)
     print_table(console, t)
+    if slo is not None:
+        for name, curve in curves:
+            who = f"{name}: " if several else ""
+            best = _best_point(curve)
+            if best is None:
+                console.print(f"{who}no point meets the target ({_slo_words(slo)})")
+            else:
+                console.print(
+                    f"{who}most output per GPU within the target ({_slo_words(slo)}): concurrency "
+                    f"{best['concurrency']:,}, {best['output_throughput_per_gpu']:,.1f} output tok/s per GPU, "
+                    f"{best['requests_per_s']:,.2f} requests/s"
+                )
     acc = curves[0][1][0].get("accuracy")
     if acc:
         ttft_lo, ttft_hi = acc["ttft_ratio_p10"], acc["ttft_ratio_p90"]

@@ -4,7 +4,9 @@
 Left: output tokens per second per GPU against output tokens per second per user (1 / TPOT), one
 point per concurrency: the trade InferenceX-style charts choose deployments on (up and to the
 right is better; more concurrency buys throughput per GPU with each user's speed). Right: mean
-time to first token against concurrency, where queueing behind other prompts shows.
+time to first token against concurrency, where queueing behind other prompts shows. With a target
+(``--slo-ttft-ms``/``--slo-tpot-ms``) its bounds are dashed lines: the TPOT bound as the slowest
+speed per user it allows (left, meet it to its right), the TTFT bound on the right (meet it below).
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from typing import Any
 from tokenmill.report.memory_figures import _check_suffix, _pyplot
 
 
-def curve_figure(curves: Sequence[tuple[str, Sequence[dict[str, Any]]]], path: Path, title: str = "") -> Path:
+def curve_figure(
+    curves: Sequence[tuple[str, Sequence[dict[str, Any]]]],
+    path: Path,
+    title: str = "",
+    slo: dict[str, float | None] | None = None,
+) -> Path:
     """Write the curves (per layout: its name and its ``Prediction.to_dict()`` points, any order)
-    to ``path``; a legend when there are several layouts."""
+    to ``path``; a legend when there are several layouts or a target (``slo``: ``ttft_ms`` and
+    ``tpot_ms``, either None) is drawn."""
     _check_suffix(path)
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.6))
@@ -40,6 +48,12 @@ def curve_figure(curves: Sequence[tuple[str, Sequence[dict[str, Any]]]], path: P
         right.plot(
             conc, [p["ttft_ms"] / 1e3 for p in pts], marker=marker, color=line.get_color(), label=name, alpha=0.85
         )
+    tpot_cap = (slo or {}).get("tpot_ms")
+    ttft_cap = (slo or {}).get("ttft_ms")
+    if tpot_cap:
+        left.axvline(1e3 / tpot_cap, color="0.35", ls="--", lw=1, label=f"target: TPOT ≤ {tpot_cap:g} ms")
+    if ttft_cap:
+        right.axhline(ttft_cap / 1e3, color="0.35", ls="--", lw=1, label=f"target: TTFT ≤ {ttft_cap / 1e3:g} s")
     if not decoding_any:
         left.text(0.5, 0.5, "one output token per request: no decode", ha="center", transform=left.transAxes)
     left.set_xlabel("output tokens/s per user (1 / TPOT)")
@@ -58,8 +72,9 @@ def curve_figure(curves: Sequence[tuple[str, Sequence[dict[str, Any]]]], path: P
     right.set_title("time to first token", fontsize=10)
     right.set_ylim(bottom=0)
     right.grid(alpha=0.3)
-    if len(curves) > 1:
+    if len(curves) > 1 or tpot_cap:
         left.legend(fontsize=8)
+    if len(curves) > 1 or ttft_cap:
         right.legend(fontsize=8)
     fig.suptitle(title or "predicted closed-loop curve", fontsize=10)
     fig.tight_layout()
