@@ -1,16 +1,21 @@
-"""Do the two replays bracket the measured TTFT? The reach of ``burst_share``.
+"""Where the TTFT error lives: do the two replays bracket the measured TTFT, and how much of the
+predicted TTFT is queueing?
 
-Run: ``.venv/bin/python benchmarks/calibrate_regime_bracket.py [--measurements FILE.csv]
-[--models-dir DIR] [--params FILE.json] [--jobs 2] [--json]`` (about 3 minutes with two jobs on two cores).
+Run: ``.venv/bin/python benchmarks/calibrate_regime_bracket.py [--predictions PRED.csv]
+[--measurements FILE.csv] [--models-dir DIR] [--params FILE.json] [--jobs 2] [--json]``
+(about 3 minutes with two jobs on two cores; seconds with ``--predictions``, the PRED.csv of a
+``tokenmill calibrate evaluate`` run on the same measurements and constants).
 
 A closed-loop point is predicted as a mixture of two replays (docs/perf.md section 2): lanes in
 lock step (a burst from an idle server, every wave a burst again) and lanes drifted apart, mixed
 by the engine's fitted ``burst_share``. Whatever the share, a row's predicted TTFT lies between
-the two. This script runs ``tokenmill calibrate evaluate`` on the aggregated rows twice, with
-every engine's share set to 1 (lock step alone) and to ~0 (drift alone), and counts, by engine,
-the rows whose measured TTFT lies above both replays, below both, or between them: only the
-last can be reached by a better share, per engine, per row or from any feature of the row. The
-other constants are the ones given (the shipped ones by default).
+the two, which ``calibrate evaluate`` writes beside it (``predicted_ttft_lock_step_ms``,
+``predicted_ttft_drifted_ms``). The first table counts, by engine, the aggregated rows whose
+measured TTFT lies above both replays, below both, or between them: only the last can be reached
+by a better share, per engine, per row or from any feature of the row. The second groups the rows
+by the share of their predicted TTFT spent queued before admission
+(``predicted_ttft_queued_ms``): where little queues, the error is the first token's own cost
+(front end and prefill), not the benchmark's dynamics.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -30,27 +36,43 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MEASUREMENTS = ROOT / "shared" / "calibration" / "serving_measurements.csv"
 DEFAULT_MODELS = ROOT / "shared" / "models"
 SHIPPED = Path(__file__).resolve().parents[1] / "src" / "tokenmill" / "perf" / "calibrated" / "params.json"
-DRIFT_ONLY = 1e-12  # the constants refuse a share of 0; 1e-12 leaves the drifted replay alone
+#: Bands of the queued share of the predicted TTFT (upper bounds).
+QUEUED_BANDS = ((0.1, "< 10 %"), (0.5, "10–50 %"), (0.9, "50–90 %"), (math.inf, "≥ 90 %"))
 
 
-def _evaluate(rows_csv: Path, models: Path, params: Path, out: Path, jobs: int) -> dict[str, tuple[float, float]]:
+def _evaluate(rows_csv: Path, models: Path, params: Path, out: Path, jobs: int) -> None:
     cmd = [sys.executable, "-m", "tokenmill.cli", "calibrate", "evaluate", "--measurements", str(rows_csv)]
     cmd += ["--models-dir", str(models), "--params", str(params), "--out", str(out), "--jobs", str(jobs), "--json"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    with out.open(newline="") as f:
-        return {
-            r["id"]: (float(r["predicted_ttft_ms"]), float(r["predicted_tpot_ms"]))
-            for r in csv.DictReader(f)
-            if r["predicted_ttft_ms"]
-        }
+
+
+def _read(path: Path) -> dict[str, tuple[float, float, float, float]]:
+    """PRED.csv → id: (TTFT, queued, lock step, drifted), rows with every figure."""
+    keys = ("predicted_ttft_ms", "predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [k for k in keys if k not in (reader.fieldnames or [])]
+        if missing:
+            sys.exit(f"error: {path} has no {', '.join(missing)} column (a calibrate evaluate of before 2026-12-01?)")
+        out = {}
+        for r in reader:
+            if all(r[k] for k in keys):
+                t, q, lk, dr = (float(r[k]) for k in keys)
+                out[r["id"]] = (t, q, lk, dr)
+        return out
 
 
 def _ape(pred: float, meas: float) -> float:
     return abs(pred / meas - 1.0)
 
 
+def _band(queued_share: float) -> str:
+    return next(name for top, name in QUEUED_BANDS if queued_share < top)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--predictions", type=Path, help="PRED.csv of calibrate evaluate (default: run it)")
     ap.add_argument("--measurements", type=Path, default=DEFAULT_MEASUREMENTS)
     ap.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS)
     ap.add_argument("--params", type=Path, default=SHIPPED)
@@ -60,34 +82,32 @@ def main() -> None:
 
     with args.measurements.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["mode"] == "agg"]
-    constants = json.loads(args.params.read_text())
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        rows_csv = work / "agg.csv"
-        with rows_csv.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        preds = {}
-        for name, share in (("lock step", 1.0), ("drift", DRIFT_ONLY)):
-            for backend in constants["backends"].values():
-                backend["burst_share"] = share
-            params = work / f"{share}.json"
-            params.write_text(json.dumps(constants))
+    if args.predictions is not None:
+        preds = _read(args.predictions)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows_csv, out = Path(tmp) / "agg.csv", Path(tmp) / "pred.csv"
+            with rows_csv.open("w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
             if not args.json:
-                print(f"calibrate evaluate on {len(rows):,} aggregated rows, {name} alone ...", file=sys.stderr)
-            preds[name] = _evaluate(rows_csv, args.models_dir, params, work / f"{share}.csv", args.jobs)
+                print(f"calibrate evaluate on {len(rows):,} aggregated rows ...", file=sys.stderr)
+            _evaluate(rows_csv, args.models_dir, args.params, out, args.jobs)
+            preds = _read(out)
 
-    by_engine: dict[str, list[tuple[float, float, float]]] = defaultdict(list)  # (measured, lock, drift)
+    # (measured, predicted, queued, lock step, drifted) by engine
+    by_engine: dict[str, list[tuple[float, float, float, float, float]]] = defaultdict(list)
     for r in rows:
-        if r["id"] in preds["lock step"] and r["id"] in preds["drift"]:
-            m = float(r["silicon_ttft_ms"])
-            by_engine[r["backend"]].append((m, preds["lock step"][r["id"]][0], preds["drift"][r["id"]][0]))
+        if r["id"] in preds and r.get("silicon_ttft_ms"):
+            t, q, lk, dr = preds[r["id"]]
+            by_engine[r["backend"]].append((float(r["silicon_ttft_ms"]), t, q, lk, dr))
     by_engine["all"] = [x for k in sorted(by_engine) for x in by_engine[k]]
     table: dict[str, dict[str, Any]] = {}
+    queued: dict[str, dict[str, Any]] = {}
     for engine, pts in by_engine.items():
-        above = [m / max(lk, dr) for m, lk, dr in pts if m > max(lk, dr)]
-        below = [m / min(lk, dr) for m, lk, dr in pts if m < min(lk, dr)]
+        above = [m / max(lk, dr) for m, _, _, lk, dr in pts if m > max(lk, dr)]
+        below = [m / min(lk, dr) for m, _, _, lk, dr in pts if m < min(lk, dr)]
         table[engine] = {
             "rows": len(pts),
             "above_both": len(above) / len(pts),
@@ -95,11 +115,24 @@ def main() -> None:
             "below_both": len(below) / len(pts),
             "below_median_ratio": statistics.median(below) if below else None,
             "between": 1.0 - (len(above) + len(below)) / len(pts),
-            "ttft_median_ape_lock_step": statistics.median(_ape(lk, m) for m, lk, _ in pts),
-            "ttft_median_ape_drift": statistics.median(_ape(dr, m) for m, _, dr in pts),
+            "ttft_median_ape": statistics.median(_ape(t, m) for m, t, _, _, _ in pts),
+            "ttft_median_ape_lock_step": statistics.median(_ape(lk, m) for m, _, _, lk, _ in pts),
+            "ttft_median_ape_drift": statistics.median(_ape(dr, m) for m, _, _, _, dr in pts),
+        }
+        bands: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for m, t, q, _, _ in pts:
+            bands[_band(q / t)].append((m, t))
+        queued[engine] = {
+            name: {
+                "rows": len(bands[name]),
+                "ttft_median_ape": statistics.median(_ape(t, m) for m, t in bands[name]),
+                "median_measured_over_predicted": statistics.median(m / t for m, t in bands[name]),
+            }
+            for _, name in QUEUED_BANDS
+            if bands[name]
         }
     if args.json:
-        print(json.dumps(table, indent=2))
+        print(json.dumps({"bracket": table, "by_queued_share": queued}, indent=2))
         return
     print("| engine | rows | above both | measured ÷ the higher | below both | measured ÷ the lower | between |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -110,9 +143,18 @@ def main() -> None:
         )
     t = table["all"]
     print(
-        f"TTFT median error with lock step alone {100 * t['ttft_median_ape_lock_step']:.1f} %, "
-        f"drift alone {100 * t['ttft_median_ape_drift']:.1f} %"
+        f"TTFT median error {100 * t['ttft_median_ape']:.1f} %; with lock step alone "
+        f"{100 * t['ttft_median_ape_lock_step']:.1f} %, drift alone {100 * t['ttft_median_ape_drift']:.1f} %"
     )
+    print()
+    print("| engine | queued share of the predicted TTFT | rows | TTFT median error | measured ÷ predicted (median) |")
+    print("|---|---|---:|---:|---:|")
+    for engine, bands_out in queued.items():
+        for name, b in bands_out.items():
+            print(
+                f"| {engine} | {name} | {b['rows']:,} | {100 * b['ttft_median_ape']:.1f} % | "
+                f"{b['median_measured_over_predicted']:.2f} |"
+            )
 
 
 if __name__ == "__main__":

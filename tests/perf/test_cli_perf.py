@@ -392,6 +392,22 @@ def test_evaluate_predicts_scores_and_skips_with_reasons(tmp_path: Path, capsys:
     assert "does not fit" in preds["toobig"]["skipped_reason"]
     for bad in ("nomodel", "heads", "nogpu", "toobig"):
         assert preds[bad]["predicted_ttft_ms"] == "" == preds[bad]["predicted_tpot_ms"]
+        assert preds[bad]["predicted_ttft_queued_ms"] == "" == preds[bad]["predicted_ttft_lock_step_ms"]
+    # where each predicted TTFT goes: its queued part, and the two regimes it lies between
+    header = out.read_text().splitlines()[0].split(",")
+    assert header[:6] == [
+        "id",
+        "predicted_ttft_ms",
+        "predicted_tpot_ms",
+        "predicted_ttft_queued_ms",
+        "predicted_ttft_lock_step_ms",
+        "predicted_ttft_drifted_ms",
+    ]
+    for ok in ("llama8", "oss", "pd"):
+        ttft, queued = float(preds[ok]["predicted_ttft_ms"]), float(preds[ok]["predicted_ttft_queued_ms"])
+        lock, drift = float(preds[ok]["predicted_ttft_lock_step_ms"]), float(preds[ok]["predicted_ttft_drifted_ms"])
+        assert 0 <= queued <= ttft
+        assert min(lock, drift) - 1e-3 <= ttft <= max(lock, drift) + 1e-3
 
 
 def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

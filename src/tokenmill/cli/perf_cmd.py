@@ -41,6 +41,10 @@ calibrate_app = typer.Typer(
 )
 
 
+#: PRED.csv's columns beyond the issue's three: where the predicted TTFT goes (``evaluate``).
+PRED_EXTRA_COLUMNS = ("predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
+
+
 #: Sizes ``--decode-layout`` may set (the layout flags' names, dashes for underscores).
 DECODE_LAYOUT_KEYS = ("tp", "ep", "pp", "dp-attention", "dcp", "moe-a2a-backend", "max-running-requests")
 
@@ -590,7 +594,11 @@ def evaluate(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Predict every row; write id,predicted_ttft_ms,predicted_tpot_ms,skipped_reason; print the errors."""
+    """Predict every row; write id,predicted_ttft_ms,predicted_tpot_ms,skipped_reason; print the errors.
+
+    The file also says where each predicted TTFT goes (``predicted_ttft_queued_ms``: sending to
+    admission) and what each closed-loop regime gives alone (``predicted_ttft_lock_step_ms``,
+    ``predicted_ttft_drifted_ms``; ``tokenmill predict``'s ``ttft_regimes_ms``)."""
     from tokenmill.perf.calibrate import predict_rows, score
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.measurements import read_measurements
@@ -611,13 +619,15 @@ def evaluate(
     try:
         with out.open("w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["id", "predicted_ttft_ms", "predicted_tpot_ms", "skipped_reason", "notes"])
+            w.writerow(["id", "predicted_ttft_ms", "predicted_tpot_ms", *PRED_EXTRA_COLUMNS, "skipped_reason", "notes"])
             for p in preds:
+                extra = (p.ttft_queued_ms, p.ttft_lock_step_ms, p.ttft_drifted_ms)
                 w.writerow(
                     [
                         p.id,
                         "" if p.ttft_ms is None else f"{p.ttft_ms:.4f}",
                         "" if p.tpot_ms is None else f"{p.tpot_ms:.5f}",
+                        *("" if x is None else f"{x:.4f}" for x in extra),
                         p.skipped_reason,
                         "; ".join(p.notes),
                     ]

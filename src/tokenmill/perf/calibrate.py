@@ -63,6 +63,11 @@ class RowPrediction:
     measured_ttft_ms: float | None = None
     measured_tpot_ms: float | None = None
     recorded: Recorded | None = None
+    # of ttft_ms: the wait from send to admission, and the TTFT of each closed-loop regime
+    # replayed (None where a regime weighs nothing); ReplayResult.ttft_split and ttft_regimes
+    ttft_queued_ms: float | None = None
+    ttft_lock_step_ms: float | None = None
+    ttft_drifted_ms: float | None = None
 
     @property
     def predicted(self) -> bool:
@@ -128,6 +133,10 @@ def predict_spec(spec: RowSpec, table: ParamTable, record: bool = False) -> RowP
         return out
     out.ttft_ms = res.ttft_s * 1e3
     out.tpot_ms = res.tpot_s * 1e3
+    out.ttft_queued_ms = res.ttft_split["queued"] * 1e3
+    lock, drift = res.ttft_regimes.get("lock_step"), res.ttft_regimes.get("drifted")
+    out.ttft_lock_step_ms = None if lock is None else lock * 1e3
+    out.ttft_drifted_ms = None if drift is None else drift * 1e3
     out.notes += res.notes
     out.recorded = res.recorded
     return out
