@@ -676,7 +676,11 @@ def test_compared_layouts_are_each_predicted_as_alone(capsys: pytest.CaptureFixt
         (("--label", "a", "--label", "b"), "error: 2 --label values for 1 layout(s): the base and one per --compare"),
         (("--compare", "dcp=8", "--label", "x", "--label", "x"), "error: two layouts share the name 'x': give each"),
         (("--compare", "gpus=4,tp=4"), "error: layout 'TP4': does not fit"),
-        (("--compare", "dcp=8", "--decode-workers", "1"), "error: --compare and --label need aggregated serving"),
+        (("--compare", "decode-gpus=8"), "error: --compare 'decode-gpus=8': prefill-workers, decode-gpus and"),
+        (("--compare", "decode-workers=-1"), "error: --compare decode-workers must be an integer ≥ 0 (got '-1'"),
+        (("--compare", "decode-workers=1,decode-tp=two"), "error: --compare 'decode-workers=1,decode-tp=two': tp must"),
+        (("--compare", "decode-workers=1,decode-width=8"), "error: --compare 'decode-workers=1,decode-width=8': 'wi"),
+        (("--compare", "gpus=16,decode-workers=1"), "error: layout '1 prefill × TP8 (16 GPUs) + 1 decode × TP16"),
         (("--compare", "dcp=8", "--accept-length", "2"), "error: --accept-length needs speculative decoding"),
         (("--compare", "width=8"), "error: --compare item 'width=8' must be KEY=VALUE with KEY one of"),
     ],
@@ -782,3 +786,49 @@ def test_a_bad_target_is_one_line(flag: str, value: str, capsys: pytest.CaptureF
         and out == ""
         and err.strip() == (f"error: {flag} must be a finite number of milliseconds > 0 (got {float(value)})")
     ), err
+
+
+def test_disaggregated_layouts_compare_with_aggregated_ones_each_as_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--compare`` takes prefill-workers, decode-workers, decode-gpus and decode-KEY: the seeds'
+    question (does splitting prefill from decoding pay at the same GPUs?) as one command. Each
+    compared point is the same layout predicted alone; an item inherits the base's workers and
+    decode sizes, and ``decode-workers=0`` makes it aggregated."""
+    common = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--isl", "2000", "--osl", "200")
+    levels = ("--concurrency", "1,16")
+    split = "gpus=1,tp=1,prefill-workers=1,decode-workers=1"
+    code, out, err = cli(capsys, *common, "--gpus", "2", "--tp", "2", *levels, "--compare", split, "--json")
+    assert code == 0, err
+    agg, dis = json.loads(out)["layouts"]
+    assert dis["name"] == "1 prefill × TP1 (1 GPUs) + 1 decode × TP1 (1 GPUs)"
+    assert agg["points"][0]["gpus"] == dis["points"][0]["gpus"] == 2  # the same GPUs, split or not
+    alone = {
+        agg["name"]: ("--gpus", "2", "--tp", "2"),
+        dis["name"]: ("--gpus", "1", "--tp", "1", "--decode-workers", "1"),
+    }
+    for entry in (agg, dis):
+        for p in entry["points"]:
+            code, one, _ = cli(capsys, *common, *alone[entry["name"]], "--concurrency", str(p["concurrency"]), "--json")
+            single = json.loads(one)
+            assert code == 0
+            for key in ("ttft_ms", "tpot_ms", "output_throughput_per_gpu", "disaggregated"):
+                assert p[key] == single[key], (entry["name"], key)
+    assert dis["points"][1]["tpot_split_ms"]["behind_prompts"] == 0  # the decode worker never stops for a prompt
+    # a disaggregated base: an item inherits its workers and decode sizes, or drops them
+    base = (*common, "--gpus", "1", "--decode-workers", "2", "--decode-gpus", "2", "--decode-layout", "tp=2")
+    code, out, err = cli(capsys, *base, "--compare", "decode-workers=1", "--compare", "decode-workers=0", "--json")
+    assert code == 0, err
+    first, fewer, aggregated = (entry["points"][0] for entry in json.loads(out)["layouts"])
+    for point, flags in (
+        (first, ("--decode-workers", "2", "--decode-gpus", "2", "--decode-layout", "tp=2")),
+        (fewer, ("--decode-workers", "1", "--decode-gpus", "2", "--decode-layout", "tp=2")),
+        (aggregated, ()),
+    ):
+        code, one, _ = cli(capsys, *common, "--gpus", "1", *flags, "--json")
+        single = json.loads(one)
+        assert code == 0 and (point["ttft_ms"], point["tpot_ms"], point["gpus"], point["disaggregated"]) == (
+            single["ttft_ms"],
+            single["tpot_ms"],
+            single["gpus"],
+            single["disaggregated"],
+        )
+    assert (first["gpus"], fewer["gpus"], aggregated["gpus"]) == (5, 3, 1)

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from tokenmill.cli.deployments import DECODE_LAYOUT_KEYS
 from tokenmill.cli.options import (
     FIGURE_SUFFIXES,
     GpuOpt,
@@ -19,7 +20,6 @@ from tokenmill.cli.options import (
     ModelOpt,
     build_plan,
     check_output,
-    compared_plans,
     parse_number_list,
     with_layout_options,
 )
@@ -43,34 +43,6 @@ calibrate_app = typer.Typer(
 
 #: PRED.csv's columns beyond the issue's three: where the predicted TTFT goes (``evaluate``).
 PRED_EXTRA_COLUMNS = ("predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
-
-
-#: Sizes ``--decode-layout`` may set (the layout flags' names, dashes for underscores).
-DECODE_LAYOUT_KEYS = ("tp", "ep", "pp", "dp-attention", "dcp", "moe-a2a-backend", "max-running-requests")
-
-
-def decode_flags(flags: dict[str, Any], spec: str | None) -> dict[str, Any]:
-    """The prefill worker's layout flags with ``--decode-layout`` KEY=VALUE,… applied; ``tp`` is
-    recomputed from the decode worker's GPUs unless given."""
-    out = {**flags, "tp": None}
-    for item in (spec or "").split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("_", "-")  # dp_attention as the layout's field, or as the flag
-        if not sep or key not in DECODE_LAYOUT_KEYS:
-            raise TokenmillError(
-                f"--decode-layout: {item.strip()!r} is not KEY=VALUE with KEY one of {', '.join(DECODE_LAYOUT_KEYS)}"
-            )
-        name = key.replace("-", "_")
-        if name == "moe_a2a_backend":
-            out[name] = value.strip()
-            continue
-        try:
-            out[name] = int(value)
-        except ValueError:
-            raise TokenmillError(f"--decode-layout: {key} must be an integer (got {value.strip()!r})") from None
-    return out
 
 
 def _check_backend(backend: str) -> str:
@@ -134,7 +106,9 @@ def predict(
     compare: Annotated[
         list[str] | None,
         typer.Option(
-            "--compare", help="Another layout to predict beside this one: 'dcp=8,pool-ratio=8.82' (repeatable)."
+            "--compare",
+            help="Another layout to predict beside this one: 'dcp=8,pool-ratio=8.82', or disaggregated: "
+            "'gpus=8,prefill-workers=1,decode-workers=1,decode-tp=8' (repeatable).",
         ),
     ] = None,
     label: Annotated[
@@ -156,9 +130,11 @@ def predict(
     ``--decode-gpus`` GPUs each decode, and the KV (and state) of every request is handed over.
     With several concurrencies (``--concurrency 1,4,16,64``) it predicts each and prints the curve:
     per-GPU throughput against each user's tokens per second, the trade a deployment is chosen on.
-    ``--compare`` predicts other layouts beside the base (aggregated serving), as ``sweep`` does.
+    ``--compare`` predicts other layouts beside the base, as ``sweep`` does, aggregated or
+    disaggregated (``prefill-workers``, ``decode-workers``, ``decode-gpus``, ``decode-KEY``).
     ``--slo-ttft-ms``/``--slo-tpot-ms`` mark the points whose mean TTFT and TPOT meet the target
     and name, per layout, the one with the most output per GPU among them."""
+    from tokenmill.cli.deployments import Deployment, base_deployment, compared
     from tokenmill.perf.accuracy import band_for
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.predict import predict as run
@@ -179,38 +155,27 @@ def predict(
         check_output("--figure", path, FIGURE_SUFFIXES)
     flags = layout_flags or {}
     plan = build_plan(model, gpu, gpus, flags)
-    if decode_workers < 0:
-        raise TokenmillError(f"--decode-workers must be 0 (aggregated) or more (got {decode_workers})")
-    if not decode_workers and (decode_gpus is not None or decode_layout is not None or prefill_workers != 1):
-        raise TokenmillError("--prefill-workers, --decode-gpus and --decode-layout need --decode-workers ≥ 1")
-    if decode_workers and (compare or label):
-        raise TokenmillError("--compare and --label need aggregated serving (no --decode-workers)")
-    if not plan.fits:
-        raise TokenmillError(f"prefill worker: {plan.reason}" if decode_workers else str(plan.reason))
-    named = compared_plans(plan, compare, label, gpus) if compare or label else [(plan.layout.describe(), plan)]
-    for name, other in named[1:]:
-        if not other.fits:
-            raise TokenmillError(f"layout {name!r}: {other.reason}")
-    speculating = [other.layout.speculative.enabled for _, other in named]
+    base, base_changes, base_dgpus = base_deployment(
+        plan, prefill_workers, decode_workers, decode_gpus, decode_layout, gpus
+    )
+    if base.decode is not None and accept_length is not None and not (compare or label):
+        raise TokenmillError("--accept-length needs speculative decoding, which disaggregated workers do not model")
+    named = compared(base, base_changes, base_dgpus, compare, label, gpus) if compare or label else [base]
+    speculating = [dep.decode is None and dep.plan.layout.speculative.enabled for dep in named]
     if accept_length is not None and len(named) > 1 and not any(speculating):
         raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
     params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
-    if decode_workers:
-        if accept_length is not None:
-            raise TokenmillError("--accept-length needs speculative decoding, which disaggregated workers do not model")
-        dgpus = gpus if decode_gpus is None else decode_gpus
-        dplan = build_plan(model, gpu, dgpus, decode_flags(flags, decode_layout))
     band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())
 
     def point(
-        at: Any, accept: float | None, level: int, waiting: Callable[[], AbstractContextManager[None]]
+        at: Deployment, accept: float | None, level: int, waiting: Callable[[], AbstractContextManager[None]]
     ) -> dict[str, Any]:
-        if decode_workers:
+        if at.decode is not None:
             pred = predict_disaggregated(
-                at, dplan, prefill_workers, decode_workers, b, isl, osl, level, params, notes, waiting
+                at.plan, at.decode, at.prefill_workers, at.decode_workers, b, isl, osl, level, params, notes, waiting
             )
         else:
-            pred = run(at, b, isl, osl, level, params, accept, notes, waiting)
+            pred = run(at.plan, b, isl, osl, level, params, accept, notes, waiting)
         out = pred.to_dict()
         out["accuracy"] = None
         if band is not None:
@@ -224,12 +189,7 @@ def predict(
         out["notes"].append(band_note)
         return out
 
-    described = plan.layout.describe()
-    if decode_workers:
-        described = (
-            f"{prefill_workers} prefill × {described} ({plan.gpus} GPUs) + "
-            f"{decode_workers} decode × {dplan.layout.describe()} ({dplan.gpus} GPUs)"
-        )
+    described = base.describe()
     # --accept-length: one layout takes it as given (and refuses it without speculation); of
     # several, those that speculate take it (one at least must, checked above)
     accepts = [accept_length] if len(named) == 1 else [accept_length if spec else None for spec in speculating]
@@ -239,19 +199,19 @@ def predict(
         def spinner() -> AbstractContextManager[None]:  # started inside, after the replay forks (perf.forked)
             return _working(spin, json_out)
 
-        curves = [(named[0][0], [point(plan, accept_length, levels[0], spinner)])]
+        curves = [(base.name, [point(base, accept_length, levels[0], spinner)])]
     else:
         # one bar over the points; it redraws only between them, so no thread runs when a replay forks
         total = len(named) * len(levels)
         with _progress(total, json_out, "predicting the curve", auto_refresh=False) as bar:
             curves = []
-            for (name, at), accept in zip(named, accepts, strict=True):
+            for at, accept in zip(named, accepts, strict=True):
                 curve = []
                 for level in levels:
                     curve.append(point(at, accept, level, nullcontext))
                     if bar is not None:
                         bar(1)
-                curves.append((name, curve))
+                curves.append((at.name, curve))
     first = curves[0][1][0]
     counts = {curve[0]["gpus"] for _, curve in curves}  # a compared layout may take other GPUs
     where = f"{first['gpus']}×{first['gpu']}" if len(counts) == 1 else str(first["gpu"])

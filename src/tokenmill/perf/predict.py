@@ -196,6 +196,21 @@ def _prediction(
     )
 
 
+def check_disaggregated(prefill_plan: MemoryPlan, decode_plan: MemoryPlan) -> None:
+    """One-line errors for worker plans a disaggregated point cannot use: one that does not fit,
+    one whose GPUs hold several workers (give more workers instead), speculative decoding."""
+    for role, plan, flag in (("prefill", prefill_plan, "--gpus"), ("decode", decode_plan, "--decode-gpus")):
+        if not plan.fits:
+            raise TokenmillError(f"{role} worker: {plan.reason}")
+        if plan.replicas != 1:
+            raise TokenmillError(
+                f"{flag} is one {role} worker's GPUs ({plan.layout.gpus_per_worker} for its layout, got {plan.gpus}); "
+                f"give more workers with --{role}-workers"
+            )
+    if decode_plan.layout.speculative.enabled or prefill_plan.layout.speculative.enabled:
+        raise TokenmillError("--speculative is not modelled for disaggregated workers (give --speculative none)")
+
+
 def predict_disaggregated(
     prefill_plan: MemoryPlan,
     decode_plan: MemoryPlan,
@@ -221,16 +236,7 @@ def predict_disaggregated(
         ("--decode-workers", decode_workers),
     )
     check_concurrency(concurrency, "--concurrency")
-    for role, plan, flag in (("prefill", prefill_plan, "--gpus"), ("decode", decode_plan, "--decode-gpus")):
-        if not plan.fits:
-            raise TokenmillError(f"{role} worker: {plan.reason}")
-        if plan.replicas != 1:
-            raise TokenmillError(
-                f"{flag} is one {role} worker's GPUs ({plan.layout.gpus_per_worker} for its layout, got {plan.gpus}); "
-                f"give more workers with --{role}-workers"
-            )
-    if decode_plan.layout.speculative.enabled or prefill_plan.layout.speculative.enabled:
-        raise TokenmillError("--speculative is not modelled for disaggregated workers (give --speculative none)")
+    check_disaggregated(prefill_plan, decode_plan)
     res = replay_disaggregated(
         prefill_plan,
         decode_plan,

@@ -1,0 +1,183 @@
+"""The deployments ``tokenmill predict`` answers for: one aggregated worker, or prefill and decode
+workers, the base from the flags and one per ``--compare`` item.
+
+``--compare`` takes the layout keys of ``sweep --compare`` (``options.apply_overrides``) and, for
+``predict``, the keys of disaggregation: ``prefill-workers``, ``decode-workers``, ``decode-gpus``
+and ``decode-KEY`` for each ``--decode-layout`` KEY. An item inherits what it does not set from
+the base: the layout flags, the workers and the decode worker's sizes; ``decode-workers=0`` makes
+it aggregated. So the question the seeds ask of a rack, whether splitting prefill from decoding
+pays at the same GPUs, is one command: ``--gpus 16 --compare
+gpus=8,prefill-workers=1,decode-workers=1``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from tokenmill.cli.options import apply_overrides
+from tokenmill.errors import TokenmillError
+
+#: Sizes ``--decode-layout`` may set (the layout flags' names, dashes for underscores).
+DECODE_LAYOUT_KEYS = ("tp", "ep", "pp", "dp-attention", "dcp", "moe-a2a-backend", "max-running-requests")
+#: ``--compare`` keys of disaggregation besides ``decode-KEY`` (predict only).
+WORKER_KEYS = ("prefill-workers", "decode-workers", "decode-gpus")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment of the comparison: ``plan`` is the aggregated worker, or each of the
+    ``prefill_workers`` prefill workers when ``decode`` (each of the ``decode_workers`` decode
+    workers) is set."""
+
+    name: str
+    plan: Any
+    decode: Any | None = None
+    prefill_workers: int = 1
+    decode_workers: int = 0
+
+    def describe(self) -> str:
+        if self.decode is None:
+            return str(self.plan.layout.describe())
+        return (
+            f"{self.prefill_workers} prefill × {self.plan.layout.describe()} ({self.plan.gpus} GPUs) + "
+            f"{self.decode_workers} decode × {self.decode.layout.describe()} ({self.decode.gpus} GPUs)"
+        )
+
+
+def decode_changes(spec: str | None, where: str = "--decode-layout") -> dict[str, Any]:
+    """``tp=8,dp-attention=8`` → the decode worker's layout fields; one-line errors naming ``where``."""
+    out: dict[str, Any] = {}
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("_", "-")  # dp_attention as the layout's field, or as the flag
+        if not sep or key not in DECODE_LAYOUT_KEYS:
+            raise TokenmillError(
+                f"{where}: {item.strip()!r} is not KEY=VALUE with KEY one of {', '.join(DECODE_LAYOUT_KEYS)}"
+            )
+        name = key.replace("-", "_")
+        if name == "moe_a2a_backend":
+            out[name] = value.strip()
+            continue
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise TokenmillError(f"{where}: {key} must be an integer (got {value.strip()!r})") from None
+    return out
+
+
+def decode_plan(prefill: Any, changes: dict[str, Any], gpus: int) -> Any:
+    """The decode worker's plan: the prefill worker's layout with ``changes``, over ``gpus`` GPUs,
+    its TP all of them over its pipeline stages unless given."""
+    from tokenmill.plan import plan_memory
+
+    pp = changes.get("pp", prefill.layout.pp)
+    layout = prefill.layout.with_(**{"tp": max(1, gpus // max(1, pp)), **changes})
+    return plan_memory(prefill.model, prefill.gpu, gpus, layout)
+
+
+def base_deployment(
+    plan: Any, prefill_workers: int, decode_workers: int, decode_gpus: int | None, decode_layout: str | None, gpus: int
+) -> tuple[Deployment, dict[str, Any], int]:
+    """The deployment of the flags, with its decode changes and decode GPUs (for ``--compare`` items
+    to inherit); one-line errors for flags that contradict each other."""
+    if decode_workers < 0:
+        raise TokenmillError(f"--decode-workers must be 0 (aggregated) or more (got {decode_workers})")
+    if not decode_workers and (decode_gpus is not None or decode_layout is not None or prefill_workers != 1):
+        raise TokenmillError("--prefill-workers, --decode-gpus and --decode-layout need --decode-workers ≥ 1")
+    if not plan.fits:
+        raise TokenmillError(f"prefill worker: {plan.reason}" if decode_workers else str(plan.reason))
+    changes = decode_changes(decode_layout)
+    dgpus = gpus if decode_gpus is None else decode_gpus
+    if not decode_workers:
+        return Deployment(plan.layout.describe(), plan), changes, dgpus
+    dep = Deployment("", plan, decode_plan(plan, changes, dgpus), prefill_workers, decode_workers)
+    return Deployment(dep.describe(), plan, dep.decode, prefill_workers, decode_workers), changes, dgpus
+
+
+def _split(item: str) -> tuple[dict[str, str], str]:
+    """A ``--compare`` item's disaggregation keys (as written), and the rest for ``apply_overrides``."""
+    workers: dict[str, str] = {}
+    rest = []
+    for part in filter(None, (s.strip() for s in item.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().lstrip("-").replace("_", "-")
+        if sep and (key in WORKER_KEYS or key.startswith("decode-")):
+            workers[key] = value.strip()
+        else:
+            rest.append(part)
+    return workers, ",".join(rest)
+
+
+def _count(item: str, key: str, value: str, least: int) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = least - 1
+    if n < least:
+        raise TokenmillError(f"--compare {key} must be an integer ≥ {least} (got {value!r} in {item!r})")
+    return n
+
+
+def compared(
+    base: Deployment,
+    base_changes: dict[str, Any],
+    base_decode_gpus: int,
+    compare: list[str] | None,
+    label: list[str] | None,
+    gpus: int,
+) -> list[Deployment]:
+    """The base and one deployment per ``--compare`` item, named by ``--label`` (in order) or their
+    description (with the item where that repeats an earlier name); more labels than deployments,
+    two with one name, or an item a deployment cannot be built from is a one-line error naming it."""
+    from tokenmill.perf.predict import check_disaggregated
+    from tokenmill.plan import plan_memory
+
+    out = [base]
+    for item in compare or []:
+        workers, rest = _split(item)
+        layout, n = apply_overrides(base.plan.layout, rest, gpus)
+        plan = plan_memory(base.plan.model, base.plan.gpu, n, layout)
+        given = dict(workers)
+        d = _count(item, "decode-workers", given.pop("decode-workers"), 0) if "decode-workers" in given else None
+        d = base.decode_workers if d is None else d
+        p = _count(item, "prefill-workers", given.pop("prefill-workers"), 1) if "prefill-workers" in given else None
+        dg = _count(item, "decode-gpus", given.pop("decode-gpus"), 1) if "decode-gpus" in given else None
+        if not d:
+            if p is not None or dg is not None or given:
+                raise TokenmillError(
+                    f"--compare {item!r}: prefill-workers, decode-gpus and decode-KEY need decode-workers ≥ 1"
+                )
+            out.append(Deployment("", plan))
+            continue
+        spec = ",".join(f"{k.removeprefix('decode-')}={v}" for k, v in given.items())
+        changes = {**base_changes, **decode_changes(spec, f"--compare {item!r}")}
+        dgpus = dg if dg is not None else (base_decode_gpus if base.decode is not None else n)
+        prefill_workers = p if p is not None else base.prefill_workers
+        out.append(Deployment("", plan, decode_plan(plan, changes, dgpus), prefill_workers, d))
+    names = list(label or [])
+    if len(names) > len(out):
+        raise TokenmillError(f"{len(names)} --label values for {len(out)} layout(s): the base and one per --compare")
+    for i in range(len(names), len(out)):
+        name = base.name if i == 0 else out[i].describe()
+        names.append(f"{name} ({(compare or [])[i - 1]})" if i and name in names else name)
+    repeated = [name for name, k in Counter(names).items() if k > 1]
+    if repeated:
+        raise TokenmillError(f"two layouts share the name {repeated[0]!r}: give each its own --label")
+    result = [
+        Deployment(name, d.plan, d.decode, d.prefill_workers, d.decode_workers)
+        for name, d in zip(names, out, strict=True)
+    ]
+    for dep in result[1:]:
+        try:
+            if dep.decode is None:
+                if not dep.plan.fits:
+                    raise TokenmillError(str(dep.plan.reason))
+            else:
+                check_disaggregated(dep.plan, dep.decode)
+        except TokenmillError as exc:
+            raise TokenmillError(f"layout {dep.name!r}: {exc}") from None
+    return result
