@@ -96,6 +96,22 @@ def main() -> None:
         17000 * 1.15,
         "tok/s",
     )
+    # where those seconds go: steps that prefill (SGLang runs them apart from decoding) and decode steps
+    pre = [(end - start) for start, end, kind, tokens, _ in res.step_log if tokens > 0]
+    dec = [(end - start, n) for start, end, kind, tokens, n in res.step_log if tokens == 0 and n > 0]
+    dec_s = sum(t for t, _ in dec)
+    breakdown = {
+        "seconds": round(t_end, 1),
+        "requests": len(window),
+        "prefill_steps_s": round(sum(pre), 1),
+        "prefill_s_per_prompt": round(sum(pre) / len(window), 3),
+        "decode_steps": len(dec),
+        "decode_steps_s": round(dec_s, 1),
+        "decode_step_ms": round(1e3 * dec_s / len(dec), 1),
+        "decode_batch": round(sum(n for _, n in dec) / len(dec), 1),
+        # at the seed's ~2 requests/s, with prefill as here: what is left for the decode steps
+        "decode_step_ms_the_seed_leaves": round(1e3 * (len(window) / 2 - sum(pre)) / len(dec), 1),
+    }
 
     # four 118,000-token sessions, then returning turns (balanced and low-latency)
     for key, label in (("low", "TP8"), ("bal", "TP8 DCP8")):
@@ -113,7 +129,7 @@ def main() -> None:
         add(f"returning turn, {label}: first token", "≈ 0.45 s", ttft, 0.45 * 0.85, 0.45 * 1.15, "s")
         add(f"returning turn, {label}: time per output token", "11–15 ms", tpot * 1e3, 11 * 0.85, 15 * 1.15, "ms")
 
-    out = {"rows": rows, "notes": notes, "seconds": round(time.perf_counter() - t0, 1)}
+    out = {"rows": rows, "fresh_64": breakdown, "notes": notes, "seconds": round(time.perf_counter() - t0, 1)}
     if args.json:
         print(json.dumps(out, indent=2))
         return
@@ -121,6 +137,13 @@ def main() -> None:
     print("|---|---|---|---|")
     for r in rows:
         print(f"| {r['check']} | {r['published']} | {r['predicted']:,} {r['unit']} | {r['within_15pct']} |")
+    b = breakdown
+    print(
+        f"64 fresh requests: {b['requests']} in {b['seconds']} s; prefill steps {b['prefill_steps_s']} s "
+        f"({b['prefill_s_per_prompt']} s a prompt), {b['decode_steps']:,} decode steps {b['decode_steps_s']} s "
+        f"({b['decode_step_ms']} ms at {b['decode_batch']} requests); at ~2 requests/s with this prefill "
+        f"the decode steps would have {b['decode_step_ms_the_seed_leaves']} ms each"
+    )
     for n in notes:
         print(f"note: {n}")
     print(f"({out['seconds']} s)")
