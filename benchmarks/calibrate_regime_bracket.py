@@ -15,7 +15,10 @@ measured TTFT lies above both replays, below both, or between them: only the las
 by a better share, per engine, per row or from any feature of the row. The second groups the rows
 by the share of their predicted TTFT spent queued before admission
 (``predicted_ttft_queued_ms``): where little queues, the error is the first token's own cost
-(front end and prefill), not the benchmark's dynamics.
+(front end and prefill), not the benchmark's dynamics. The third asks of those rows (under 10 %
+queued) whether that cost is one fixed latency, or one factor, per model (and GPU): each
+group's best offset (the median of measured − predicted) or factor (the median of measured ÷
+predicted) applied, what median error is left.
 """
 
 from __future__ import annotations
@@ -66,6 +69,26 @@ def _ape(pred: float, meas: float) -> float:
     return abs(pred / meas - 1.0)
 
 
+def _fixed_cost(pts: list[tuple[str, str, float, float]]) -> dict[str, Any]:
+    """Median TTFT error of (model, GPU, measured, predicted) rows as predicted, and with each
+    group's best offset (per model, per model and GPU) or factor (per model and GPU) applied."""
+
+    def left(key: Any, factor: bool) -> float:
+        groups: dict[Any, list[float]] = defaultdict(list)
+        for p in pts:
+            groups[key(p)].append(p[2] / p[3] if factor else p[2] - p[3])
+        fix = {k: statistics.median(v) for k, v in groups.items()}
+        return statistics.median(_ape(p[3] * fix[key(p)] if factor else p[3] + fix[key(p)], p[2]) for p in pts)
+
+    return {
+        "rows": len(pts),
+        "as_predicted": statistics.median(_ape(p[3], p[2]) for p in pts),
+        "offset_per_model": left(lambda p: p[0], False),
+        "offset_per_model_gpu": left(lambda p: (p[0], p[1]), False),
+        "factor_per_model_gpu": left(lambda p: (p[0], p[1]), True),
+    }
+
+
 def _band(queued_share: float) -> str:
     return next(name for top, name in QUEUED_BANDS if queued_share < top)
 
@@ -98,10 +121,14 @@ def main() -> None:
 
     # (measured, predicted, queued, lock step, drifted) by engine
     by_engine: dict[str, list[tuple[float, float, float, float, float]]] = defaultdict(list)
+    # where little queues: (model, GPU, measured, predicted) by engine
+    little: dict[str, list[tuple[str, str, float, float]]] = defaultdict(list)
     for r in rows:
         if r["id"] in preds and r.get("silicon_ttft_ms"):
             t, q, lk, dr = preds[r["id"]]
             by_engine[r["backend"]].append((float(r["silicon_ttft_ms"]), t, q, lk, dr))
+            if q / t < QUEUED_BANDS[0][0]:
+                little[r["backend"]].append((r["model_path"], r["system"], float(r["silicon_ttft_ms"]), t))
     by_engine["all"] = [x for k in sorted(by_engine) for x in by_engine[k]]
     table: dict[str, dict[str, Any]] = {}
     queued: dict[str, dict[str, Any]] = {}
@@ -131,8 +158,9 @@ def main() -> None:
             for _, name in QUEUED_BANDS
             if bands[name]
         }
+    fixed = {engine: _fixed_cost(pts) for engine, pts in sorted(little.items())}
     if args.json:
-        print(json.dumps({"bracket": table, "by_queued_share": queued}, indent=2))
+        print(json.dumps({"bracket": table, "by_queued_share": queued, "little_queued_fixed_cost": fixed}, indent=2))
         return
     print("| engine | rows | above both | measured ÷ the higher | below both | measured ÷ the lower | between |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -155,6 +183,17 @@ def main() -> None:
                 f"| {engine} | {name} | {b['rows']:,} | {100 * b['ttft_median_ape']:.1f} % | "
                 f"{b['median_measured_over_predicted']:.2f} |"
             )
+    print()
+    print(
+        "| engine | rows under 10 % queued | TTFT median error | with an offset per model | "
+        "per model and GPU | with a factor per model and GPU |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for engine, f in fixed.items():
+        print(
+            f"| {engine} | {f['rows']:,} | {100 * f['as_predicted']:.1f} % | {100 * f['offset_per_model']:.1f} % | "
+            f"{100 * f['offset_per_model_gpu']:.1f} % | {100 * f['factor_per_model_gpu']:.1f} % |"
+        )
 
 
 if __name__ == "__main__":
