@@ -237,3 +237,17 @@ def test_sweep_names_a_compared_layout_that_describes_like_the_base_by_its_chang
     code, out, _ = cli(capsys, "sweep", "--rates", "0.5", "--duration", "5", "--compare", "pool-ratio=0.9", "--json")
     assert code == 0
     assert list(json.loads(out)["layouts"]) == ["TP8", "TP8 (pool-ratio=0.9)"]
+
+
+def test_without_backend_the_table_says_the_cost_model_is_the_priors(capsys: pytest.CaptureFixture[str]) -> None:
+    """``predict`` defaults to SGLang's fitted constants, ``simulate`` and ``sweep`` to the priors:
+    a table says so on stderr, and says nothing where fitted constants are used or with --json."""
+    base = ("simulate", "--pool-ratio", "1.1", "--workload", "fresh", "--rate", "1", "--duration", "10")
+    code, _, err = cli(capsys, *base)
+    assert code == 0 and err.startswith("cost model: the priors, not fitted constants") and "--backend" in err
+    code, _, err = cli(capsys, *base, "--backend", "sglang")
+    assert code == 0 and "priors" not in err
+    code, _, err = cli(capsys, *base, "--json")
+    assert code == 0 and err == ""
+    code, _, err = cli(capsys, "sweep", "--pool-ratio", "1.1", "--rates", "0.5", "--duration", "10")
+    assert code == 0 and "cost model: the priors" in err

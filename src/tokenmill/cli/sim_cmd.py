@@ -84,15 +84,24 @@ def _workload(
 _BACKENDS = ("sglang", "vllm", "trtllm", "tokenmill")
 
 
+#: What a table (not ``--json``) says under ``simulate`` and ``sweep`` without ``--backend``: the
+#: default is the priors, while ``predict`` defaults to SGLang's fitted constants, so a reader
+#: comparing the two commands is told why their step times differ.
+PRIORS_NOTE = (
+    "the priors, not fitted constants (docs/perf.md §3); --backend sglang|vllm|trtllm uses those "
+    "fitted for that engine on this GPU, as `tokenmill predict` does"
+)
+
+
 def _perf(gpu: str, backend: str | None) -> tuple[Any, list[str]]:
-    """The cost-model constants for ``--gpu``/``--backend`` and notes on where they came from (none
-    for the priors, the historical default)."""
+    """The cost-model constants for ``--gpu``/``--backend`` and notes on where they came from (the
+    priors without ``--backend``, the historical default: ``PRIORS_NOTE``)."""
     from tokenmill.perf.calibrated import resolve_params
 
     if backend is not None and backend not in _BACKENDS:
         raise TokenmillError(f"--backend must be one of {'|'.join(_BACKENDS)} (got {backend!r})")
     params, notes = resolve_params(gpu, backend)
-    return params, [n for n in notes if not n.startswith("no --backend")]
+    return params, [PRIORS_NOTE if n.startswith("no --backend") else n for n in notes]
 
 
 def _print_notes(notes: list[str]) -> None:
