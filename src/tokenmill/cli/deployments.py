@@ -12,11 +12,10 @@ gpus=8,prefill-workers=1,decode-workers=1``.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tokenmill.cli.options import apply_overrides
+from tokenmill.cli.options import apply_overrides, layout_names
 from tokenmill.errors import TokenmillError
 
 #: Sizes ``--decode-layout`` may set (the layout flags' names, dashes for underscores).
@@ -36,6 +35,10 @@ class Deployment:
     decode: Any | None = None
     prefill_workers: int = 1
     decode_workers: int = 0
+
+    def named(self, name: str | None = None) -> Deployment:
+        """This deployment under ``name`` (default: its description)."""
+        return replace(self, name=self.describe() if name is None else name)
 
     def describe(self) -> str:
         if self.decode is None:
@@ -93,9 +96,9 @@ def base_deployment(
     changes = decode_changes(decode_layout)
     dgpus = gpus if decode_gpus is None else decode_gpus
     if not decode_workers:
-        return Deployment(plan.layout.describe(), plan), changes, dgpus
+        return Deployment("", plan).named(), changes, dgpus
     dep = Deployment("", plan, decode_plan(plan, changes, dgpus), prefill_workers, decode_workers)
-    return Deployment(dep.describe(), plan, dep.decode, prefill_workers, decode_workers), changes, dgpus
+    return dep.named(), changes, dgpus
 
 
 def _split(item: str) -> tuple[dict[str, str], str]:
@@ -158,19 +161,8 @@ def compared(
         dgpus = dg if dg is not None else (base_decode_gpus if base.decode is not None else n)
         prefill_workers = p if p is not None else base.prefill_workers
         out.append(Deployment("", plan, decode_plan(plan, changes, dgpus), prefill_workers, d))
-    names = list(label or [])
-    if len(names) > len(out):
-        raise TokenmillError(f"{len(names)} --label values for {len(out)} layout(s): the base and one per --compare")
-    for i in range(len(names), len(out)):
-        name = base.name if i == 0 else out[i].describe()
-        names.append(f"{name} ({(compare or [])[i - 1]})" if i and name in names else name)
-    repeated = [name for name, k in Counter(names).items() if k > 1]
-    if repeated:
-        raise TokenmillError(f"two layouts share the name {repeated[0]!r}: give each its own --label")
-    result = [
-        Deployment(name, d.plan, d.decode, d.prefill_workers, d.decode_workers)
-        for name, d in zip(names, out, strict=True)
-    ]
+    names = layout_names([d.describe() for d in out], compare, label)
+    result = [d.named(name) for name, d in zip(names, out, strict=True)]
     for dep in result[1:]:
         try:
             if dep.decode is None:

@@ -90,16 +90,27 @@ def compared_plans(base: Any, compare: list[str] | None, label: list[str] | None
     for item in compare or []:
         layout, n = apply_overrides(base.layout, item, gpus)
         plans.append(plan_memory(base.model, base.gpu, n, layout))
+    names = layout_names([plan.layout.describe() for plan in plans], compare, label)
+    return list(zip(names, plans, strict=True))
+
+
+def layout_names(described: list[str], compare: list[str] | None, label: list[str] | None) -> list[str]:
+    """Names of the base and its ``--compare`` layouts (``described``: their descriptions, the base
+    first): the ``--label`` values in order, else the description, with its ``--compare`` item
+    where that repeats an earlier name. More labels than layouts, or two layouts with one name, is
+    an error: results are keyed by name, and one would replace the other."""
     names = list(label or [])
-    if len(names) > len(plans):
-        raise TokenmillError(f"{len(names)} --label values for {len(plans)} layout(s): the base and one per --compare")
-    for i in range(len(names), len(plans)):
-        name = plans[i].layout.describe()
+    if len(names) > len(described):
+        raise TokenmillError(
+            f"{len(names)} --label values for {len(described)} layout(s): the base and one per --compare"
+        )
+    for i in range(len(names), len(described)):
+        name = described[i]
         names.append(f"{name} ({(compare or [])[i - 1]})" if i and name in names else name)
     repeated = [name for name, n in Counter(names).items() if n > 1]
     if repeated:
         raise TokenmillError(f"two layouts share the name {repeated[0]!r}: give each its own --label")
-    return list(zip(names, plans, strict=True))
+    return names
 
 
 def parse_number_list(text: str | None, flag: str, cast: Callable[[str], Any]) -> list[Any]:

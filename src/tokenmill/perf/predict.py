@@ -74,7 +74,6 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     ttft_split_ms: dict[str, float] = field(default_factory=dict)  # ReplayResult.ttft_split, in ms
     ttft_regimes_ms: dict[str, float] = field(default_factory=dict)  # ReplayResult.ttft_regimes, in ms
-    burst_share: float = 0.0  # the weight of the lock-step regime in ttft_ms
 
     @property
     def behind_prompts_ms(self) -> float:
@@ -96,7 +95,7 @@ class Prediction:
             "ttft_ms": round(self.ttft_ms, 3),
             "ttft_split_ms": {k: round(v, 3) for k, v in self.ttft_split_ms.items()},
             "ttft_regimes_ms": {k: round(v, 3) for k, v in self.ttft_regimes_ms.items()},
-            "burst_share": self.burst_share,
+            "burst_share": self.params["burst_share"],  # the lock-step regime's weight in ttft_ms
             "tpot_ms": round(self.tpot_ms, 4),
             "tpot_split_ms": {
                 "decode_step": round(self.decode_step_per_token_ms, 4),
@@ -192,7 +191,6 @@ def _prediction(
         decode_step_per_token_ms=step["seconds"] * 1e3 / accept,
         ttft_split_ms={k: v * 1e3 for k, v in res.ttft_split.items()},
         ttft_regimes_ms={k: v * 1e3 for k, v in res.ttft_regimes.items()},
-        burst_share=params.burst_share,
     )
 
 
