@@ -9,7 +9,10 @@ The command runs as Python runs by default, with compiled bytecode cached in ``_
 (this repository's development machine does): there every command would compile the package's
 sources again, about 0.2 s that no installed copy pays.
 
-    .venv/bin/python benchmarks/predict_latency.py [--repeat 3]
+The command's time is given as the median and the range of the runs: on a shared virtual machine
+one command can take 30 % more than the next for nothing it did.
+
+    .venv/bin/python benchmarks/predict_latency.py [--repeat 3] [--match 4,096]
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ POINTS = [  # (label, predict's arguments)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--match", default="", help="only the operating points whose label contains this")
     ap.add_argument("--no-bytecode-cache", action="store_true", help="time the command under PYTHONDONTWRITEBYTECODE=1")
     args = ap.parse_args()
     env = dict(os.environ)
@@ -81,8 +85,10 @@ def main() -> None:
     exe = shutil.which("tokenmill") or str(Path(sys.executable).with_name("tokenmill"))
     runner = CliRunner()
     subprocess.run([exe, "predict", *POINTS[0][1].split(), "--json"], env=env, capture_output=True, check=True)
-    print(f"{'operating point':58} {'command (s)':>12} {'in-process (s)':>15}  ttft_ms / tpot_ms")
+    print(f"{'operating point':58} {'command (s)':>12} {'range (s)':>11} {'in-process (s)':>15}  ttft_ms / tpot_ms")
     for label, flags in POINTS:
+        if args.match not in label:
+            continue
         argv = flags.split()
         cmd_times, call_times = [], []
         out: dict[str, float] = {}
@@ -98,10 +104,11 @@ def main() -> None:
             call_times.append(time.perf_counter() - t)
             assert res.exit_code == 0, res.output
         print(
-            f"{label:58} {statistics.median(cmd_times):12.2f} {statistics.median(call_times):15.3f}"
+            f"{label:58} {statistics.median(cmd_times):12.2f} {min(cmd_times):5.2f}–{max(cmd_times):.2f}"
+            f" {statistics.median(call_times):15.3f}"
             f"  {out['ttft_ms']:,.1f} / {out['tpot_ms']:.2f}"
         )
-    print(f"(medians of {args.repeat} runs, bytecode cached; target: under 1 s)")
+    print(f"(medians and ranges of {args.repeat} runs, bytecode cached; target: under 1 s)")
 
 
 if __name__ == "__main__":
