@@ -12,6 +12,14 @@ engine versions constants of their own, as ``calibrate fit --versions`` does).
    held-out model's rows with those constants.
 3. Print, per model, the median absolute percentage error of TTFT and TPOT in sample and held out,
    and their ratio (the issue's bound: held-out ≤ 1.5 × in-sample).
+
+With ``--accuracy FILE`` (an accuracy.json measured with the same in-sample constants, as
+``calibrate evaluate --accuracy-out`` writes it), the held-out predictions of all models also
+become that file's held-out error bands (``held_out_groups``, ``perf.accuracy``): what
+``tokenmill predict`` shows for a model the calibration file does not hold.
+
+    .venv/bin/python benchmarks/calibrate_lomo.py --max-rows 1200 --sweeps 3 \
+        --accuracy src/tokenmill/perf/calibrated/accuracy.json
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ import time
 
 import numpy as np
 
+from tokenmill.errors import TokenmillError
+from tokenmill.perf.accuracy import fingerprint, load_accuracy, measure, scored_rows
 from tokenmill.perf.calibrate import collect, fit_constants, fitting_rows, predict_rows
-from tokenmill.perf.calibrated import ParamTable, load_table
+from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
 from tokenmill.perf.measurements import find_config, read_measurements
 
 
@@ -48,8 +58,14 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--params", default=None, help="In-sample constants (default: the shipped ones).")
     ap.add_argument("--versions", action="store_true", help="Fit engine constants per version too (fit --versions).")
+    ap.add_argument("--accuracy", default=None, help="accuracy.json to add the held-out error bands to")
     args = ap.parse_args()
     t0 = time.perf_counter()
+    accuracy = None
+    if args.accuracy:
+        accuracy = load_accuracy(args.accuracy)
+        if accuracy is None or accuracy.params_sha256 != fingerprint(args.params or shipped_path()):
+            raise TokenmillError(f"--accuracy {args.accuracy}: not measured with the in-sample constants")
     rows, _ = read_measurements(args.measurements)
     full = fitting_rows(rows)
     shipped = load_table(args.params)
@@ -58,6 +74,7 @@ def main() -> None:
     fam = {r["id"]: family(r["model_path"], args.models_dir) for r in full}
     row_fam = np.array([fam[i] for i in data.ids])
     results = []
+    held_out = []  # every model's rows predicted without it
     for f in sorted(set(row_fam)):
         held = row_fam == f
         rest = ~held
@@ -70,6 +87,7 @@ def main() -> None:
         ids = set(np.asarray(data.ids)[held])
         held_rows = [r for r in full if r["id"] in ids]
         out = predict_rows(held_rows, args.models_dir, table, jobs=args.jobs)
+        held_out += out
         ins = [p for p in preds if p.id in ids and p.predicted]
         res = {
             "model": f,
@@ -83,6 +101,13 @@ def main() -> None:
         res["tpot_ratio"] = res["tpot_out"] / res["tpot_in"]
         results.append(res)
         print(json.dumps(res), flush=True)
+    if accuracy is not None:
+        accuracy.held_out = measure(scored_rows(held_out))
+        accuracy.meta["held_out_command"] = (
+            f"benchmarks/calibrate_lomo.py --max-rows {args.max_rows} --sweeps {args.sweeps} --accuracy FILE"
+        )
+        accuracy.meta["held_out_rows_scored"] = accuracy.held_out["all"].rows
+        accuracy.write(args.accuracy)
     if args.json:
         print(json.dumps(results, indent=2))
         return

@@ -17,9 +17,13 @@ from tokenmill.perf.accuracy import (
     fingerprint,
     load_accuracy,
     measure,
+    model_key,
     shipped_accuracy_path,
 )
 from tokenmill.perf.calibrated import shipped_path
+from tokenmill.spec import load_model
+
+from .rows import MODELS
 
 
 def rows(gpu: str, backend: str, ratios: list[float], models: int = 2) -> list[Scored]:
@@ -75,12 +79,12 @@ def test_round_trip_and_fingerprint_gate(tmp_path: Path) -> None:
     back = load_accuracy(path)
     assert back is not None and back.params_sha256 == table.params_sha256
     assert back.groups["h100/vllm"].rows == 2 * MIN_ROWS
-    band, note = band_for("h100", "vllm", params, path)
+    band, note, _ = band_for("h100", "vllm", params, path)
     assert band is not None and band.scope == "h100/vllm" and "40 rows, 2 models" in note
     params.write_text('{"global": {"step_overhead_s": 0.002}}\n')  # refitted, not re-evaluated
-    band, note = band_for("h100", "vllm", params, path)
+    band, note, _ = band_for("h100", "vllm", params, path)
     assert band is None and "other constants" in note
-    band, note = band_for("h100", "vllm", tmp_path / "none.json", path)  # no constants file: the priors
+    band, note, _ = band_for("h100", "vllm", tmp_path / "none.json", path)  # no constants file: the priors
     assert band is None and "other constants" in note
 
 
@@ -122,3 +126,54 @@ def test_shipped_bands_were_measured_with_the_shipped_constants() -> None:
     assert table is not None
     assert table.params_sha256 == fingerprint(shipped_path())
     assert table.groups["all"].rows > 3000  # the fully specified rows of the calibration file
+    # the seven architectures of the file (DeepSeek-R1 and -V3 are one), and every row held out once
+    assert len(table.models) == 7 and model_key(load_model("deepseek-v3")) in table.models
+    assert table.held_out["all"].rows == table.groups["all"].rows
+
+
+def test_model_key_is_the_architecture_not_the_name_or_the_quantisation() -> None:
+    """A preset and the config.json of the same model, or an 8-bit checkpoint and its base, are one
+    model to the bands (as in leave-one-model-out); different architectures are not."""
+    config = model_key(load_model(str(MODELS / "deepseek-ai--DeepSeek-R1_config.json")))
+    assert model_key(load_model("deepseek-r1")) == config == "mla_moe/61L/7168h/129280v/256e"
+    fp8 = load_model(str(MODELS / "Qwen--Qwen3-235B-A22B-FP8_config.json"))
+    assert model_key(fp8) == model_key(load_model(str(MODELS / "Qwen--Qwen3-235B-A22B_config.json")))
+    assert model_key(load_model("kimi-k3")) != model_key(load_model("kimi-k2"))
+    assert model_key(load_model("llama-3.1-8b")) == "dense_gqa/32L/4096h/128256v/0e"
+
+
+def test_a_model_outside_the_calibration_file_takes_the_held_out_band(tmp_path: Path) -> None:
+    params = tmp_path / "params.json"
+    params.write_text('{"global": {}}\n')
+    in_sample = measure(rows("h100", "vllm", [1.0, 1.2] * MIN_ROWS))
+    held = measure(rows("h100", "vllm", [0.5, 2.0] * MIN_ROWS))  # held out: wider
+    path = tmp_path / "acc.json"
+    AccuracyTable(fingerprint(params), in_sample, {}, ("seen/1L",), held).write(path)
+    back = load_accuracy(path)
+    assert back is not None and back.models == ("seen/1L",) and back.held_out["all"].ttft_ratio_p10 == 0.5
+    band, note, held_out = band_for("h100", "vllm", params, path, model="seen/1L")
+    assert not held_out and band is not None and band.ttft_ratio_p10 == 1.0
+    assert note.startswith("error band from the calibration rows of h100/vllm")
+    band, note, held_out = band_for("h100", "vllm", params, path)  # no model given: the calibration rows'
+    assert not held_out and band is not None and band.ttft_ratio_p10 == 1.0
+    band, note, held_out = band_for("h100", "vllm", params, path, model="unseen/2L")
+    assert held_out and band is not None and band.ttft_ratio_p10 == 0.5 and band.ttft_ratio_p90 == 2.0
+    assert note.startswith("error band from held-out predictions of h100/vllm") and "not in the calibration" in note
+    # no held-out bands in the file: the calibration rows' band, said to be for other models
+    AccuracyTable(fingerprint(params), in_sample, {}, ("seen/1L",)).write(path)
+    band, note, held_out = band_for("h100", "vllm", params, path, model="unseen/2L")
+    assert not held_out and band is not None and band.ttft_ratio_p10 == 1.0 and "not among them" in note
+
+
+def test_malformed_held_out_parts_name_the_field(tmp_path: Path) -> None:
+    band = measure(rows("h100", "vllm", [1.0] * 3))["all"].to_dict()
+    base = {"meta": {"params_sha256": "a"}, "groups": {"all": band}}
+    path = tmp_path / "acc.json"
+    for extra, message in (
+        ({"models": "mla_moe"}, "'models' must be a list of strings"),
+        ({"held_out_groups": []}, "'held_out_groups' must be an object"),
+        ({"held_out_groups": {"all": {**band, "rows": 0}}}, "held_out_groups.all.rows must be a positive integer"),
+    ):
+        path.write_text(json.dumps({**base, **extra}))
+        with pytest.raises(TokenmillError, match=message):
+            load_accuracy(path)

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import cli
-from tokenmill.perf.accuracy import fingerprint, load_accuracy
+from tokenmill.perf.accuracy import fingerprint, load_accuracy, model_key, shipped_accuracy_path
 from tokenmill.perf.calibrated import shipped_path
+from tokenmill.spec import load_model
 
 MODELS = str(resources.files("tokenmill.spec") / "presets")
 COLUMNS = [
@@ -252,10 +253,25 @@ def test_predict_json(capsys: pytest.CaptureFixture[str]) -> None:
     # is the engine's, over all its GPUs and models
     acc = d["accuracy"]
     assert acc["scope"] == "sglang" and acc["rows"] >= 20 and acc["models"] >= 2
+    # Kimi-K3 is not in the calibration file: the band is the held-out predictions' (benchmarks/calibrate_lomo.py)
+    assert acc["held_out"] is True
+    assert acc["ttft_ratio_p90"] == load_accuracy(shipped_accuracy_path()).held_out["sglang"].ttft_ratio_p90  # type: ignore[union-attr]
+    assert any(n.startswith("error band from held-out predictions of sglang") for n in d["notes"])
     lo, hi = acc["ttft_ms_range_80"]
     assert lo == pytest.approx(d["ttft_ms"] * acc["ttft_ratio_p10"], rel=1e-3)
     assert hi == pytest.approx(d["ttft_ms"] * acc["ttft_ratio_p90"], rel=1e-3)
     assert any("no b300/sglang group with 20+ rows of 2+ models: this engine's" in n for n in d["notes"])
+
+
+def test_predict_of_a_calibration_model_has_the_calibration_rows_band(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(
+        capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--backend", "vllm", "--json"
+    )
+    assert code == 0
+    d = json.loads(out)
+    assert d["accuracy"]["held_out"] is False and d["accuracy"]["scope"] == "h100/vllm"
+    assert d["accuracy"]["ttft_ratio_p90"] == load_accuracy(shipped_accuracy_path()).groups["h100/vllm"].ttft_ratio_p90  # type: ignore[union-attr]
+    assert any(n.startswith("error band from the calibration rows of h100/vllm") for n in d["notes"])
 
 
 def test_predict_with_other_constants_has_no_band(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -429,6 +445,10 @@ def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixtu
     # the three predicted rows: llama8 (h100, vllm), oss (b200, trtllm), pd (h200, sglang)
     assert table.groups["all"].rows == 3
     assert {k for k in table.groups if "/" in k} == {"h100/vllm", "b200/trtllm", "h200/sglang"}
+    # the scored models by architecture: a preset of the same model is among them, another is not
+    assert set(table.models) == {model_key(load_model(n)) for n in ("llama-3.1-8b", "gpt-oss-120b", "qwen3-32b")}
+    assert model_key(load_model("kimi-k3")) not in table.models
+    assert table.held_out == {}  # held-out bands come from leave-one-model-out (benchmarks/calibrate_lomo.py)
     preds = {r["id"]: r for r in csv.DictReader((tmp_path / "p.csv").open())}
     ape = abs(float(preds["llama8"]["predicted_ttft_ms"]) / 60.0 - 1.0)
     assert table.groups["h100/vllm"].ttft_median_ape == pytest.approx(ape, abs=6e-5)  # 4 decimals in the file

@@ -135,7 +135,7 @@ def predict(
     ``--slo-ttft-ms``/``--slo-tpot-ms`` mark the points whose mean TTFT and TPOT meet the target
     and name, per layout, the one with the most output per GPU among them."""
     from tokenmill.cli.deployments import Deployment, base_deployment, compared
-    from tokenmill.perf.accuracy import band_for
+    from tokenmill.perf.accuracy import band_for, model_key
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.predict import predict as run
     from tokenmill.perf.predict import predict_disaggregated
@@ -165,7 +165,7 @@ def predict(
     if accept_length is not None and len(named) > 1 and not any(speculating):
         raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
     params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
-    band, band_note = band_for(plan.gpu.name, b, params_file or shipped_path())
+    band, band_note, held_out = band_for(plan.gpu.name, b, params_file or shipped_path(), model=model_key(plan.model))
 
     def point(
         at: Deployment, accept: float | None, level: int, waiting: Callable[[], AbstractContextManager[None]]
@@ -181,6 +181,7 @@ def predict(
         if band is not None:
             out["accuracy"] = {
                 **band.to_dict(),
+                "held_out": held_out,
                 "ttft_ms_range_80": [round(x, 3) for x in band.interval("ttft", pred.ttft_ms)],
                 "tpot_ms_range_80": [round(x, 4) for x in band.interval("tpot", pred.tpot_ms)],
             }
@@ -298,7 +299,9 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
     t.add_column("metric")
     t.add_column("value", justify="right")
     if acc:
-        t.add_column("80 % of measured rows within", justify="right")
+        t.add_column(
+            "80 % of held-out rows within" if acc["held_out"] else "80 % of measured rows within", justify="right"
+        )
         t.add_column("median error", justify="right")
     for key in ("ttft_ms", "tpot_ms", "output_throughput_per_gpu", "total_throughput_per_gpu", "requests_per_s"):
         cells = [key, f"{out[key]:,.2f}"]
@@ -432,7 +435,8 @@ def _print_curve(
     if acc:
         ttft_lo, ttft_hi = acc["ttft_ratio_p10"], acc["ttft_ratio_p90"]
         console.print(
-            f"80 % of the calibration rows like these measured {ttft_lo:.2f}–{ttft_hi:.2f} × "
+            f"80 % of the {'held-out predictions' if acc['held_out'] else 'calibration rows'} like these "
+            f"measured {ttft_lo:.2f}–{ttft_hi:.2f} × "
             f"their predicted TTFT and {acc['tpot_ratio_p10']:.2f}–{acc['tpot_ratio_p90']:.2f} × their TPOT "
             f"(median errors {100 * acc['ttft_median_ape']:.0f} % and {100 * acc['tpot_median_ape']:.0f} %)"
         )
@@ -598,15 +602,16 @@ def evaluate(
     result["silicon_columns"] = silicon
     result["params"] = table.meta
     if accuracy_out is not None:
-        acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file)
+        acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file, models_dir)
         acc.write(accuracy_out)
         result["accuracy_out"] = str(accuracy_out)
     if figures:
+        from tokenmill.perf.accuracy import scored_rows
         from tokenmill.report.calibration_figures import ScoredPoint, calibration_figure
 
         points = [
-            ScoredPoint(p.backend, p.ttft_ms, p.measured_ttft_ms, p.tpot_ms, p.measured_tpot_ms)
-            for p in _scored_rows(preds)
+            ScoredPoint(r.backend, r.pred_ttft_ms, r.meas_ttft_ms, r.pred_tpot_ms, r.meas_tpot_ms)
+            for r in scored_rows(preds)
         ]
         title = f"tokenmill predictions against {measurements.name}: {len(points)} fully specified rows"
         result["figures"] = [str(calibration_figure(points, path, title)) for path in figures]
@@ -617,36 +622,28 @@ def evaluate(
     print(f"wrote {out}")
 
 
-def _scored_rows(preds: list[Any]) -> list[Any]:
-    """The fully specified rows that were predicted and have both measurements."""
-    return [p for p in preds if p.fully_specified and p.predicted and p.measured_ttft_ms and p.measured_tpot_ms]
+def _accuracy_table(
+    preds: list[Any], params_path: Path, measurements: Path, params_file: Path | None, models_dir: Path
+) -> Any:
+    """Error bands of the fully specified, predicted and measured rows (``perf.accuracy``), and the
+    architectures of the models they scored."""
+    from tokenmill.perf.accuracy import AccuracyTable, fingerprint, measure, model_key, scored_rows
+    from tokenmill.perf.measurements import find_config
+    from tokenmill.spec import load_model
 
-
-def _accuracy_table(preds: list[Any], params_path: Path, measurements: Path, params_file: Path | None) -> Any:
-    """Error bands of the fully specified, predicted and measured rows (``perf.accuracy``)."""
-    from tokenmill.hardware import load_gpu
-    from tokenmill.perf.accuracy import AccuracyTable, Scored, fingerprint, measure
-
-    scored = []
-    for p in _scored_rows(preds):
-        scored.append(
-            Scored(
-                load_gpu(p.system).name,
-                p.backend,
-                p.model,
-                p.ttft_ms,
-                p.measured_ttft_ms,
-                p.tpot_ms,
-                p.measured_tpot_ms,
-            )
-        )
+    scored = scored_rows(preds)
     if not scored:
         raise TokenmillError("--accuracy-out: no fully specified row was predicted and measured")
+    models = set()
+    for path in {r.model for r in scored}:
+        config, _ = find_config(path, models_dir)
+        if config is not None:  # a scored row had its config
+            models.add(model_key(load_model(str(config))))
     argv = ["tokenmill", "calibrate", "evaluate", "--measurements", str(measurements), "--models-dir", "DIR"]
     if params_file is not None:
         argv += ["--params", str(params_file)]
     meta = {"command": " ".join([*argv, "--out", "PRED.csv", "--accuracy-out", "FILE"]), "rows_scored": len(scored)}
-    return AccuracyTable(fingerprint(params_path), measure(scored), meta)
+    return AccuracyTable(fingerprint(params_path), measure(scored), meta, tuple(sorted(models)))
 
 
 @calibrate_app.command("fit")

@@ -14,8 +14,12 @@ gets a note instead of a stale band). A prediction takes the band of its GPU und
 that group has ``MIN_ROWS`` scored rows of ``MIN_MODELS`` models or more, else its engine's, else
 all rows', and says which: one model's campaign (the 31 B300/SGLang rows are all DeepSeek-V3 under
 one release) says how that campaign went, not what a model the rows do not hold will see. Even so
-a band describes the calibration rows; a model held out of the fit is predicted up to about twice
-as far off in TTFT (docs/perf.md §5).
+a band describes the calibration rows, and a model held out of the fit is predicted up to about
+twice as far off in TTFT (docs/perf.md §5). So the file can also hold *held-out* bands
+(``held_out_groups``, written by ``benchmarks/calibrate_lomo.py --accuracy``): the same statistics
+over predictions of each calibration model by constants refitted without it, and the list of the
+models whose rows were scored (``models``, by architecture: ``model_key``). A prediction for a
+model not in that list takes the held-out band, the error to expect for a model the fit never saw.
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tokenmill.errors import TokenmillError
 
@@ -85,6 +89,29 @@ def group_key(gpu: str, backend: str) -> str:
     return f"{gpu}/{backend}"
 
 
+def model_key(model: Any) -> str:
+    """A model as the bands tell models apart: its architecture (family, layers, hidden size,
+    vocabulary, routed experts), not its name or its quantisation, so that a catalog preset, a
+    ``config.json`` of the same model and a re-quantized checkpoint of it are one model, as in the
+    leave-one-model-out grouping (docs/perf.md §5)."""
+    experts = model.moe.num_experts if model.moe is not None else 0
+    return f"{model.family}/{model.num_layers}L/{model.hidden_size}h/{model.vocab_size}v/{experts}e"
+
+
+def scored_rows(preds: Iterable[Any]) -> list[Scored]:
+    """``Scored`` rows of calibration predictions (``calibrate.RowPrediction``): the fully
+    specified rows that were predicted and have both measurements."""
+    from tokenmill.hardware import load_gpu
+
+    return [
+        Scored(
+            load_gpu(p.system).name, p.backend, p.model, p.ttft_ms, p.measured_ttft_ms, p.tpot_ms, p.measured_tpot_ms
+        )
+        for p in preds
+        if p.fully_specified and p.predicted and p.measured_ttft_ms and p.measured_tpot_ms
+    ]
+
+
 def _band(scope: str, rows: list[Scored]) -> ErrorBand:
     import numpy as np  # here, not at the top: `predict` reads bands and should not pay numpy's import
 
@@ -135,21 +162,31 @@ class AccuracyTable:
     params_sha256: str
     groups: dict[str, ErrorBand]
     meta: dict[str, Any]
+    #: architectures (``model_key``) of the models whose rows ``groups`` scored; empty: not recorded
+    models: tuple[str, ...] = ()
+    #: the same groups over held-out predictions (each model by constants refitted without it)
+    held_out: dict[str, ErrorBand] = field(default_factory=dict)
 
-    def band(self, gpu: str, backend: str) -> ErrorBand | None:
+    def band(self, gpu: str, backend: str, held_out: bool = False) -> ErrorBand | None:
         """The GPU-under-engine band with ``MIN_ROWS`` rows of ``MIN_MODELS`` models or more, else
-        the engine's, else all rows'."""
+        the engine's, else all rows' (of the held-out groups with ``held_out``)."""
+        groups = self.held_out if held_out else self.groups
         for key in (group_key(gpu, backend), backend, ALL):
-            b = self.groups.get(key)
+            b = groups.get(key)
             if b is not None and b.rows >= MIN_ROWS and b.models >= MIN_MODELS:
                 return b
         return None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "meta": {**self.meta, "params_sha256": self.params_sha256},
             "groups": {k: v.to_dict() for k, v in self.groups.items()},
         }
+        if self.models:
+            out["models"] = sorted(self.models)
+        if self.held_out:
+            out["held_out_groups"] = {k: v.to_dict() for k, v in self.held_out.items()}
+        return out
 
     def write(self, path: Path | str) -> None:
         p = Path(path)
@@ -164,26 +201,27 @@ class AccuracyTable:
 _BAND_FIELDS = [f.name for f in fields(ErrorBand)]
 
 
-def _band_from_json(key: str, obj: Any, source: str) -> ErrorBand:
+def _band_from_json(key: str, obj: Any, source: str, section: str = "groups") -> ErrorBand:
+    key = f"{section}.{key}"
     if not isinstance(obj, dict):
-        raise TokenmillError(f"{source}: groups.{key} must be an object")
+        raise TokenmillError(f"{source}: {key} must be an object")
     missing = [f for f in _BAND_FIELDS if f not in obj]
     if missing:
-        raise TokenmillError(f"{source}: groups.{key} lacks {', '.join(missing)}")
+        raise TokenmillError(f"{source}: {key} lacks {', '.join(missing)}")
     extra = sorted(set(obj) - set(_BAND_FIELDS))
     if extra:
-        raise TokenmillError(f"{source}: groups.{key}: unknown field {extra[0]!r} (allowed: {', '.join(_BAND_FIELDS)})")
+        raise TokenmillError(f"{source}: {key}: unknown field {extra[0]!r} (allowed: {', '.join(_BAND_FIELDS)})")
     values: dict[str, Any] = {}
     for f in _BAND_FIELDS:
         v = obj[f]
         if f == "scope":
             if not isinstance(v, str):
-                raise TokenmillError(f"{source}: groups.{key}.scope must be a string")
+                raise TokenmillError(f"{source}: {key}.scope must be a string")
         elif f in ("rows", "models"):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise TokenmillError(f"{source}: groups.{key}.rows must be a positive integer")
+                raise TokenmillError(f"{source}: {key}.{f} must be a positive integer")
         elif isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-            raise TokenmillError(f"{source}: groups.{key}.{f} must be a finite number >= 0")
+            raise TokenmillError(f"{source}: {key}.{f} must be a finite number >= 0")
         values[f] = v
     return ErrorBand(**values)
 
@@ -209,30 +247,65 @@ def load_accuracy(path: Path | str | None = None) -> AccuracyTable | None:
     if not isinstance(meta, dict) or not isinstance(meta.get("params_sha256"), str):
         raise TokenmillError(f"{p}: meta.params_sha256 must be a string (the SHA-256 of the constants measured)")
     groups = {k: _band_from_json(k, v, str(p)) for k, v in data["groups"].items()}
+    models = data.get("models", [])
+    if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+        raise TokenmillError(f"{p}: 'models' must be a list of strings (the scored models' architectures)")
+    held = data.get("held_out_groups", {})
+    if not isinstance(held, dict):
+        raise TokenmillError(f"{p}: 'held_out_groups' must be an object")
+    held_out = {k: _band_from_json(k, v, str(p), "held_out_groups") for k, v in held.items()}
     rest = {k: v for k, v in meta.items() if k != "params_sha256"}
-    return AccuracyTable(meta["params_sha256"], groups, rest)
+    return AccuracyTable(meta["params_sha256"], groups, rest, tuple(models), held_out)
+
+
+class BandChoice(NamedTuple):
+    """The band a prediction carries (None: none), where it comes from, and whether it is a
+    held-out band (a model the fit did not see)."""
+
+    band: ErrorBand | None
+    note: str
+    held_out: bool = False
 
 
 def band_for(
-    gpu: str, backend: str, params_path: Path | str, path: Path | str | None = None
-) -> tuple[ErrorBand | None, str]:
+    gpu: str,
+    backend: str,
+    params_path: Path | str,
+    path: Path | str | None = None,
+    model: str | None = None,
+) -> BandChoice:
     """The band a prediction with the constants at ``params_path`` carries, and a note on where it
-    comes from (or why there is none)."""
+    comes from (or why there is none). ``model`` (a ``model_key``) not among the scored models
+    takes the held-out band where the file has one."""
     table = load_accuracy(path)
     if table is None:
-        return None, "no accuracy measured for these constants (no accuracy.json shipped)"
+        return BandChoice(None, "no accuracy measured for these constants (no accuracy.json shipped)")
     if not Path(params_path).exists() or fingerprint(params_path) != table.params_sha256:
-        return None, (
+        return BandChoice(
+            None,
             "no accuracy measured for these constants (accuracy.json was measured with other constants; "
-            "`tokenmill calibrate evaluate ... --accuracy-out` measures them)"
+            "`tokenmill calibrate evaluate ... --accuracy-out` measures them)",
         )
-    b = table.band(gpu, backend)
+    unseen = model is not None and bool(table.models) and model not in table.models
+    held_out = unseen and bool(table.held_out)
+    b = table.band(gpu, backend, held_out)
     if b is None:
-        return None, "no accuracy group with enough rows"
+        return BandChoice(None, "no accuracy group with enough rows")
     key = group_key(gpu, backend)
     if b.scope == key:
         where = "this GPU under this engine"
     else:
         whose = "this engine's" if b.scope == backend else "all engines'"
         where = f"no {key} group with {MIN_ROWS}+ rows of {MIN_MODELS}+ models: {whose}"
-    return b, f"error band from the calibration rows of {b.scope} ({b.rows} rows, {b.models} models; {where})"
+    if held_out:
+        return BandChoice(
+            b,
+            f"error band from held-out predictions of {b.scope} ({b.rows} rows, {b.models} models; {where}): "
+            "this model is not in the calibration file, so the band is how far the calibration models "
+            "landed when each was predicted by constants refitted without it",
+            True,
+        )
+    note = f"error band from the calibration rows of {b.scope} ({b.rows} rows, {b.models} models; {where})"
+    if unseen:
+        note += "; this model is not among them, and a model held out of the fit misses by more (docs/perf.md §5)"
+    return BandChoice(b, note)
