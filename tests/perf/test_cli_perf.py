@@ -274,6 +274,18 @@ def test_predict_of_a_calibration_model_has_the_calibration_rows_band(capsys: py
     assert any(n.startswith("error band from the calibration rows of h100/vllm") for n in d["notes"])
 
 
+def test_predict_tables_say_when_the_band_is_held_out(capsys: pytest.CaptureFixture[str]) -> None:
+    k3 = ("predict", "--model", "kimi-k3", "--gpu", "b300", "--gpus", "8", "--tp", "8", "--isl", "2048", "--osl", "64")
+    code, out, _ = cli(capsys, *k3)
+    assert code == 0 and "80 % of held-out rows within" in out and "measured rows within" not in out
+    code, out, _ = cli(capsys, *k3, "--concurrency", "1,2")
+    assert code == 0 and "80 % of the held-out predictions like these measured" in out
+    code, out, _ = cli(
+        capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--concurrency", "1,2"
+    )
+    assert code == 0 and "80 % of the calibration rows like these" in out and "held-out" not in out
+
+
 def test_predict_with_other_constants_has_no_band(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     params = tmp_path / "params.json"
     params.write_text('{"global": {"step_overhead_s": 0.002}}\n')
