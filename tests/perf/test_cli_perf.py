@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import cli
-from tokenmill.perf.accuracy import fingerprint, load_accuracy, model_key, shipped_accuracy_path
+from tokenmill.perf.accuracy import AccuracyTable, fingerprint, load_accuracy, model_key, shipped_accuracy_path
 from tokenmill.perf.calibrated import shipped_path
 from tokenmill.spec import load_model
 
@@ -461,6 +461,17 @@ def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert set(table.models) == {model_key(load_model(n)) for n in ("llama-3.1-8b", "gpt-oss-120b", "qwen3-32b")}
     assert model_key(load_model("kimi-k3")) not in table.models
     assert table.held_out == {}  # held-out bands come from leave-one-model-out (benchmarks/calibrate_lomo.py)
+    # evaluated again with the same constants, a file's held-out bands are kept; with others, dropped
+    table.held_out = {"all": table.groups["all"]}
+    table.meta["held_out_command"] = "lomo"
+    table.write(acc)
+    rerun = [*args, "--out", str(tmp_path / "p.csv"), "--accuracy-out", str(acc), "--json"]
+    assert cli(capsys, *rerun)[0] == 0
+    kept = load_accuracy(acc)
+    assert kept is not None and kept.held_out["all"] == table.groups["all"] and kept.meta["held_out_command"] == "lomo"
+    AccuracyTable("other constants", table.groups, {}, held_out={"all": table.groups["all"]}).write(acc)
+    assert cli(capsys, *rerun)[0] == 0
+    assert load_accuracy(acc).held_out == {}  # type: ignore[union-attr]
     preds = {r["id"]: r for r in csv.DictReader((tmp_path / "p.csv").open())}
     ape = abs(float(preds["llama8"]["predicted_ttft_ms"]) / 60.0 - 1.0)
     assert table.groups["h100/vllm"].ttft_median_ape == pytest.approx(ape, abs=6e-5)  # 4 decimals in the file

@@ -602,7 +602,7 @@ def evaluate(
     result["silicon_columns"] = silicon
     result["params"] = table.meta
     if accuracy_out is not None:
-        acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file, models_dir)
+        acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file, models_dir, accuracy_out)
         acc.write(accuracy_out)
         result["accuracy_out"] = str(accuracy_out)
     if figures:
@@ -623,11 +623,17 @@ def evaluate(
 
 
 def _accuracy_table(
-    preds: list[Any], params_path: Path, measurements: Path, params_file: Path | None, models_dir: Path
+    preds: list[Any],
+    params_path: Path,
+    measurements: Path,
+    params_file: Path | None,
+    models_dir: Path,
+    accuracy_out: Path,
 ) -> Any:
-    """Error bands of the fully specified, predicted and measured rows (``perf.accuracy``), and the
-    architectures of the models they scored."""
-    from tokenmill.perf.accuracy import AccuracyTable, fingerprint, measure, model_key, scored_rows
+    """Error bands of the fully specified, predicted and measured rows (``perf.accuracy``), the
+    architectures of the models they scored, and the held-out bands of ``accuracy_out`` where it
+    holds some measured with the same constants."""
+    from tokenmill.perf.accuracy import AccuracyTable, fingerprint, load_accuracy, measure, model_key, scored_rows
     from tokenmill.perf.measurements import find_config
     from tokenmill.spec import load_model
 
@@ -642,8 +648,19 @@ def _accuracy_table(
     argv = ["tokenmill", "calibrate", "evaluate", "--measurements", str(measurements), "--models-dir", "DIR"]
     if params_file is not None:
         argv += ["--params", str(params_file)]
-    meta = {"command": " ".join([*argv, "--out", "PRED.csv", "--accuracy-out", "FILE"]), "rows_scored": len(scored)}
-    return AccuracyTable(fingerprint(params_path), measure(scored), meta, tuple(sorted(models)))
+    meta: dict[str, Any] = {
+        "command": " ".join([*argv, "--out", "PRED.csv", "--accuracy-out", "FILE"]),
+        "rows_scored": len(scored),
+    }
+    sha = fingerprint(params_path)
+    table = AccuracyTable(sha, measure(scored), meta, tuple(sorted(models)))
+    # held-out bands (benchmarks/calibrate_lomo.py --accuracy) of the same constants stay valid:
+    # keep them rather than drop what took twenty minutes to measure
+    previous = load_accuracy(accuracy_out) if accuracy_out.exists() else None
+    if previous is not None and previous.params_sha256 == sha and previous.held_out:
+        table.held_out = previous.held_out
+        meta.update({k: v for k, v in previous.meta.items() if k.startswith("held_out_")})
+    return table
 
 
 @calibrate_app.command("fit")
