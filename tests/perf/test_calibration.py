@@ -142,3 +142,22 @@ def test_recorded_steps_reweighted_equal_a_replay_with_other_constants() -> None
     # and the other constants do move the predictions (the check above is not vacuous)
     base_ttft, _ = predict_recorded(data, ParamTable(), np.ones(len(data.ids), dtype=bool))
     assert all(abs(a / b - 1) > 0.05 for a, b in zip(ttft, base_ttft, strict=True))
+
+
+def test_skip_reasons_are_counted_by_their_kind_without_cutting_a_list_in_parentheses() -> None:
+    kind = calibrate.reason_kind
+    assert kind("inconsistent sizes: moe_tp 4 × moe_ep 1 ≠ tp 3 × dp 1") == "inconsistent sizes"
+    assert kind("cannot replay: request r0: 10001024 tokens exceed the KV pool") == "cannot replay"
+    listed = "unknown backend 'tgi' (known: sglang, vllm, trtllm)"
+    assert kind(listed) == listed
+    assert kind("unknown system 'a100_sxm'") == "unknown system 'a100_sxm'"
+    assert kind("a (b: c) d: e") == "a (b: c) d"
+    assert kind("unbalanced ) paren: x") == "unbalanced ) paren"
+    # score() counts rows under these kinds: two rows of one cause with different figures, one kind
+    rows = [
+        row(id="a", tp_size="3", moe_tp_size="4"),
+        row(id="b", tp_size="5", moe_tp_size="4"),
+        row(id="c", backend="tgi"),
+    ]
+    reasons = score(predict_rows(rows, str(MODELS), load_table()))["skipped_reasons"]
+    assert reasons == {"inconsistent sizes": 2, "unknown backend 'tgi' (known: sglang, vllm, trtllm)": 1}

@@ -210,6 +210,24 @@ def test_a_file_that_is_not_utf8_text_is_refused_in_one_line(tmp_path: Path) -> 
         read_measurements(path)
 
 
+def test_an_empty_or_repeated_id_refuses_the_file_naming_the_lines(tmp_path: Path) -> None:
+    # predictions are written by id: two rows of one id, or a row without one, could not be told apart
+    head = "id,backend,model_path,system,mode,isl,osl,batch_size\n"
+    good = "vllm,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,1024,128,4\n"
+    path = tmp_path / "m.csv"
+    path.write_text(head + f"r1,{good}r2,{good}r1,{good}")
+    repeated = r"^--measurements .*m\.csv: line 4: id 'r1' repeats line 2 \(ids must be unique\)$"
+    with pytest.raises(TokenmillError, match=repeated):
+        read_measurements(path)
+    path.write_text(head + f"r1,{good} ,{good}")
+    with pytest.raises(TokenmillError, match=r"^--measurements .*m\.csv: line 3: the id is empty"):
+        read_measurements(path)
+    # a quoted cell with a line break: the line named is where the row ends, as the reader counts
+    path.write_text(head + f'r1,{good}"r\n2",{good}"r\n2",{good}')
+    with pytest.raises(TokenmillError, match=r"line 6: id 'r\\n2' repeats line 4 \(ids"):  # one line: the id as repr
+        read_measurements(path)
+
+
 def test_lines_with_more_or_fewer_fields_than_the_header_are_skipped_with_the_count(tmp_path: Path) -> None:
     path = tmp_path / "m.csv"
     good = "r3,vllm,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,1024,128,4"

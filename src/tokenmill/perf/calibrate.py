@@ -256,10 +256,26 @@ def score(preds: list[RowPrediction]) -> dict[str, Any]:
     reasons: dict[str, int] = {}
     for p in preds:
         if not p.predicted:
-            r = p.skipped_reason.split(":")[0]
+            r = reason_kind(p.skipped_reason)
             reasons[r] = reasons.get(r, 0) + 1
     result["skipped_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
     return result
+
+
+def reason_kind(reason: str) -> str:
+    """What a skip reason counts under: its text up to the first colon outside parentheses
+    ("inconsistent sizes: moe_tp 4 × …" → "inconsistent sizes"; "unknown backend 'tgi' (known:
+    sglang, …)" stays whole), so that rows skipped for the same cause with different figures are
+    counted together and a list inside parentheses is not cut."""
+    depth = 0
+    for i, ch in enumerate(reason):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == ":" and depth == 0:
+            return reason[:i]
+    return reason
 
 
 # --- fitting ------------------------------------------------------------------------------------

@@ -152,7 +152,20 @@ def read_measurements(path: Path | str) -> tuple[list[dict[str, str]], bool]:
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
         raise TokenmillError(f"--measurements {p}: missing column(s) {', '.join(missing)}")
-    return [_cells(r, len(cols)) for r in reader], all(c in cols for c in SILICON_COLUMNS)
+    rows: list[dict[str, str]] = []
+    first_line: dict[str, int] = {}  # id → the line it first appeared on
+    for record in reader:
+        row = _cells(record, len(cols))
+        rid, line = (row.get("id") or "").strip(), reader.line_num
+        if not rid:
+            raise TokenmillError(f"--measurements {p}: line {line}: the id is empty (predictions are named by it)")
+        if rid in first_line:
+            raise TokenmillError(
+                f"--measurements {p}: line {line}: id {rid!r} repeats line {first_line[rid]} (ids must be unique)"
+            )
+        first_line[rid] = line
+        rows.append(row)
+    return rows, all(c in cols for c in SILICON_COLUMNS)
 
 
 def _cells(record: dict[str | None, Any], columns: int) -> dict[str, str]:

@@ -142,7 +142,7 @@ class ParamTable:
                 if key in self.versions:
                     values.update(self.versions[key])
                 else:
-                    notes.append(f"{backend} {version}: no constants fitted for this version; the engine's")
+                    notes.append(f"{backend} {version}: no constants fitted for this version; the engine's are used")
         else:
             notes.append(f"no engine given: multipliers {', '.join(ENGINE_FIELDS)} = 1 (prior)")
         return PerfParams(**values), notes
