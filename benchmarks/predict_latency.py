@@ -35,6 +35,10 @@ K3 = "--model kimi-k3 --gpu b300 --gpus 8 --tp 8 --pool-ratio 1.1 --isl 8400 --o
 POINTS = [  # (label, predict's arguments)
     ("K3 8×B300 TP8, 8,400/512, C=1", f"{K3} --concurrency 1"),
     ("K3 8×B300 TP8, 8,400/512, C=64", f"{K3} --concurrency 64"),
+    # the seed's long sessions: 118,000-token histories, 8 chunks a prompt; at C=64 the pool holds
+    # ~4 of them and the replay runs a step per chunk and per decode event of 128 requests
+    ("K3 8×B300 TP8, 118,000/512, C=4", K3.replace("--isl 8400", "--isl 118000") + " --concurrency 4"),
+    ("K3 8×B300 TP8, 118,000/512, C=64", K3.replace("--isl 8400", "--isl 118000") + " --concurrency 64"),
     (
         "DeepSeek-R1 8×H200 TP8, 8k/1k, C=256",
         "--model deepseek-r1 --gpu h200 --gpus 8 --tp 8 --isl 8192 --osl 1024 --concurrency 256",

@@ -19,6 +19,7 @@ from tokenmill.perf.replay import (
     replay_aggregated,
     replay_disaggregated,
     transfer_bytes,
+    worth_forking,
 )
 from tokenmill.perf.roofline import Features, combine, total_seconds
 from tokenmill.plan import Layout, plan_memory
@@ -226,6 +227,18 @@ def test_the_two_regimes_replayed_at_once_give_the_same_result(monkeypatch: pyte
     assert entered == [True]
     assert children == [can_fork()] * 2
     assert at_once == one_by_one
+
+
+def test_a_replay_forks_for_many_lanes_or_fewer_lanes_of_long_prompts() -> None:
+    # 256 lanes of one-chunk prompts, or 32 lanes of prompts needing 8 chunks of 16,384 tokens
+    # (the seed's 118,000-token histories on a B300) are long replays; 255 and 31 are not
+    assert PARALLEL_LANES == 256
+    assert worth_forking(256, 1024, 8192)
+    assert not worth_forking(255, 1024, 8192)
+    assert worth_forking(32, 118_000, 16_384)
+    assert not worth_forking(31, 118_000, 16_384)
+    assert not worth_forking(4, 118_000, 16_384)
+    assert worth_forking(1, 1_000_000, 2048)  # 489 chunks
 
 
 # --- where the TTFT goes -------------------------------------------------------------------------

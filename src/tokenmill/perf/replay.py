@@ -69,9 +69,9 @@ A pipeline-parallel prefill worker pipelines its chunks (``PipelinedCost``): a s
 stage, and each first token comes N − 1 stages of its last chunk later.
 
 **Two regimes at once.** The two replays of a point share nothing, so ``predict`` runs them side
-by side from ``PARALLEL_LANES`` lanes per worker (the lock-step one in a forked child,
-``perf.forked``; a disaggregated point's prefill replay likewise): the same figures,
-sooner. Calibration keeps one process per row; its rows already run in parallel.
+by side where a replay is long (``worth_forking``: many lanes, or fewer lanes of long prompts),
+the lock-step one in a forked child (``perf.forked``; a disaggregated point's prefill replay
+likewise): the same figures, sooner. Calibration keeps one process per row; its rows already run in parallel.
 
 For calibration the replay records, for every step, its resource demands and its weight in the
 mean TTFT and TPOT: both are linear in the step times, and with zero think time the sequence of
@@ -119,9 +119,20 @@ LARGE_WORKER = 32  # lanes per worker from which one measured wave after the fir
 #: time and memory grow with the lanes (16,384 lanes on one GPU: 10.5 s, 1.1 GB), so a row or a
 #: flag asking for a million is refused rather than left to run for hours.
 MAX_CONCURRENCY = 65_536
-#: Lanes per worker from which ``replay_aggregated(parallel=True)`` forks: there a replay takes
-#: ~0.1 s or more on this project's 2-core machine, against a few ms for the fork.
+#: Prompt chunks per wave of a worker (lanes × chunks of one prompt) from which ``parallel=True``
+#: forks: there a replay takes ~0.1 s or more on this project's 2-core machine, against a few ms for
+#: the fork. 256 lanes of short prompts, or 32 lanes of prompts needing 8 chunks each (a long
+#: prompt's chunks are steps of their own, and where the pool holds few such requests a replay
+#: runs nearly a step per chunk and per decode event of every request).
 PARALLEL_LANES = 256
+
+
+def worth_forking(lanes: int, isl: int, chunk_tokens: int) -> bool:
+    """Whether a replay of ``lanes`` lanes of ``isl``-token prompts is long enough to fork for
+    (``PARALLEL_LANES``); ``chunk_tokens`` is one rank's prefill budget per step."""
+    return lanes * max(1, -(-isl // max(1, chunk_tokens))) >= PARALLEL_LANES
+
+
 #: Iterations of a disaggregated point's closed-form fixed point at most (it is monotone and
 #: reaches its point in a handful: the decode batch is rounded to whole requests).
 MAX_FIXED_POINT = 64
@@ -599,7 +610,7 @@ def replay_aggregated(
     ``stride`` overrides the macro-step length (1: every decode step is run); ``cohort=False``
     walks the decode batch request by request (the same result, slower: a test compares them);
     ``parallel`` replays the two regimes at once, the lock-step one in a forked child, from
-    ``PARALLEL_LANES`` lanes per worker up and where a fork can help (``perf.forked``): the same
+    ``PARALLEL_LANES`` prompt chunks per wave up and where a fork can help (``perf.forked``): the same
     result, sooner. Calibration leaves it off (its rows already run in parallel). ``waiting`` is
     entered around the replays, after any fork (a terminal's spinner: its thread must not exist
     when the process forks, ``perf.forked``)."""
@@ -619,7 +630,9 @@ def replay_aggregated(
     def run(sync: int) -> _RegimeRun:
         return _run_regime(plan, cost, params, policy, isl, osl, lanes, accept_length, record, stride, cohort, sync)
 
-    runs = _replay_regimes(run, syncs, parallel and not record and lanes >= PARALLEL_LANES, waiting)
+    per_rank = policy.chunk_tokens // plan.layout.dp_attention
+    fork = parallel and not record and worth_forking(lanes, isl, per_rank)
+    runs = _replay_regimes(run, syncs, fork, waiting)
     ttft = tpot = e2e = 0.0
     measured = 0
     recorded = None
@@ -757,7 +770,9 @@ def replay_disaggregated(
             break
         f_dec, tpot = f_next, t_next
     think = (osl - 1) * tpot + xfer
-    fork = parallel and not record and lanes >= PARALLEL_LANES
+    fork = (
+        parallel and not record and worth_forking(lanes, isl, policy.chunk_tokens // prefill_plan.layout.dp_attention)
+    )
     runs = _replay_regimes(partial(run, think=think), syncs, fork, waiting)
     t_pre = queued = 0.0
     for sync in syncs:
