@@ -4,6 +4,12 @@ Run: ``.venv/bin/python benchmarks/calibrate_lomo.py [--max-rows N] [--sweeps S]
 [--params FILE --versions]`` (the second form: in-sample constants from FILE, and the refits give
 engine versions constants of their own, as ``calibrate fit --versions`` does).
 
+``--hold-out gpu`` leaves one GPU kind out instead, and ``--hold-out architecture`` one GPU
+architecture (Hopper: H100 and H200; Blackwell: B200 and GB200; Blackwell Ultra: B300): the
+held-out rows are then predicted as ``tokenmill predict`` predicts a GPU the constants do not
+name, with the fitted values of a GPU of the same architecture where there is one, else the
+priors (``calibrated.ParamTable.resolve``). That is the error to expect of a new GPU.
+
 1. Replay every fully specified row once with the shipped constants, recording the steps (the
    in-sample predictions come from this same replay).
 2. For each model (grouped by architecture: DeepSeek-R1 and -V3 share one config, and NVIDIA's
@@ -32,6 +38,7 @@ import time
 import numpy as np
 
 from tokenmill.errors import TokenmillError
+from tokenmill.hardware import load_gpu
 from tokenmill.perf.accuracy import fingerprint, load_accuracy, measure, scored_rows
 from tokenmill.perf.calibrate import collect, fit_constants, fitting_rows, predict_rows
 from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
@@ -42,6 +49,12 @@ def family(model_path: str, models_dir: str) -> str:
     cfg, _ = find_config(model_path, models_dir)
     name = cfg.name.removesuffix("_config.json") if cfg else model_path
     return "deepseek-ai--DeepSeek-V3/R1" if "DeepSeek" in name else name
+
+
+def gpu_group(system: str, by: str) -> str:
+    """The held-out group of a row's system: its GPU kind, or its GPU's architecture."""
+    gpu = load_gpu(system)
+    return gpu.architecture if by == "architecture" else gpu.name
 
 
 def med(errs: list[float]) -> float:
@@ -59,7 +72,12 @@ def main() -> None:
     ap.add_argument("--params", default=None, help="In-sample constants (default: the shipped ones).")
     ap.add_argument("--versions", action="store_true", help="Fit engine constants per version too (fit --versions).")
     ap.add_argument("--accuracy", default=None, help="accuracy.json to add the held-out error bands to")
+    ap.add_argument(
+        "--hold-out", choices=("model", "gpu", "architecture"), default="model", help="what each refit leaves out"
+    )
     args = ap.parse_args()
+    if args.accuracy and args.hold_out != "model":
+        ap.error("--accuracy records the held-out bands of models: it goes with --hold-out model")
     t0 = time.perf_counter()
     accuracy = None
     if args.accuracy:
@@ -71,7 +89,10 @@ def main() -> None:
     shipped = load_table(args.params)
     preds = predict_rows(full, args.models_dir, shipped, record=True, jobs=args.jobs)
     data = collect(preds, versions=args.versions)
-    fam = {r["id"]: family(r["model_path"], args.models_dir) for r in full}
+    if args.hold_out == "model":
+        fam = {r["id"]: family(r["model_path"], args.models_dir) for r in full}
+    else:
+        fam = {r["id"]: gpu_group(r["system"], args.hold_out) for r in full}
     row_fam = np.array([fam[i] for i in data.ids])
     results = []
     held_out = []  # every model's rows predicted without it
@@ -90,7 +111,7 @@ def main() -> None:
         held_out += out
         ins = [p for p in preds if p.id in ids and p.predicted]
         res = {
-            "model": f,
+            "held_out": f,
             "rows": len(held_rows),
             "ttft_in": med([abs(p.ttft_ms / p.measured_ttft_ms - 1) for p in ins]),  # type: ignore[operator]
             "tpot_in": med([abs(p.tpot_ms / p.measured_tpot_ms - 1) for p in ins]),  # type: ignore[operator]
@@ -112,12 +133,13 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     print(
-        "\n| held-out model | rows | TTFT in-sample | TTFT held out | ratio | TPOT in-sample | TPOT held out | ratio |"
+        f"\n| held-out {args.hold_out} | rows | TTFT in-sample | TTFT held out | ratio "
+        "| TPOT in-sample | TPOT held out | ratio |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
-            f"| {r['model']} | {r['rows']} | {100 * r['ttft_in']:.1f} % | {100 * r['ttft_out']:.1f} % | "
+            f"| {r['held_out']} | {r['rows']} | {100 * r['ttft_in']:.1f} % | {100 * r['ttft_out']:.1f} % | "
             f"{r['ttft_ratio']:.2f} | {100 * r['tpot_in']:.1f} % | {100 * r['tpot_out']:.1f} % | "
             f"{r['tpot_ratio']:.2f} |"
         )
