@@ -161,3 +161,27 @@ def test_skip_reasons_are_counted_by_their_kind_without_cutting_a_list_in_parent
     ]
     reasons = score(predict_rows(rows, str(MODELS), load_table()))["skipped_reasons"]
     assert reasons == {"inconsistent sizes": 2, "unknown backend 'tgi' (known: sglang, vllm, trtllm)": 1}
+
+
+def test_a_refit_that_leaves_a_gpu_out_does_not_write_constants_for_it() -> None:
+    # Leaving H100's rows out of a refit leaves nothing to fit its constants on: the table must not
+    # name it (it used to, with its untouched starting values), so that a prediction for it falls
+    # back as for any GPU the table does not name, to H200's fitted values (same architecture)
+    rows = [
+        row(id="h100", silicon_ttft_ms="60", silicon_tpot_ms="7"),
+        row(id="h200", system="h200_sxm", silicon_ttft_ms="55", silicon_tpot_ms="5.5"),
+        row(id="b200", system="b200_sxm", backend="sglang", silicon_ttft_ms="40", silicon_tpot_ms="4"),
+    ]
+    data = collect(predict_rows(rows, MODELS, load_table(), record=True))
+    assert sorted(data.gpus) == ["b200", "h100", "h200"]
+    keep = np.array([i != "h100" for i in data.ids])
+    table, _ = fit_constants(data.without(keep), ParamTable(), sweeps=1)
+    assert sorted(table.gpus) == ["b200", "h200"]
+    assert sorted(table.backends) == ["sglang", "vllm"]
+    h100, notes = table.resolve("h100", "vllm")
+    assert any("using h200's fitted values" in n for n in notes)
+    for k in GPU_FIELDS:
+        assert getattr(h100, k) == table.gpus["h200"][k]
+    # and a refit without the SGLang row names no SGLang constants
+    table, _ = fit_constants(data.without(np.array([i != "b200" for i in data.ids])), ParamTable(), sweeps=1)
+    assert sorted(table.backends) == ["vllm"] and "b200" not in table.gpus

@@ -484,10 +484,19 @@ class _Params:
         return ns
 
     def table(self, data: FitData, meta: dict[str, Any]) -> ParamTable:
+        """The constants as a table. A GPU or engine without rows in ``data`` (a refit that leaves
+        it out: ``FitData.without``) is not written: nothing fitted its constants, and a prediction
+        for it falls back as for any GPU or engine the table does not name (``ParamTable.resolve``:
+        a GPU of the same architecture, else the priors)."""
+        gpus_seen, engines_seen = set(data.row_gpu.tolist()), set(data.row_eng.tolist())
         return ParamTable(
             global_={k: float(self.glob[k]) for k in GLOBAL_FIELDS},
-            gpus={g: {k: float(self.gpu[k][i]) for k in GPU_FIELDS} for i, g in enumerate(data.gpus)},
-            backends={e: {k: float(self.eng[k][i]) for k in ENGINE_FIELDS} for i, e in enumerate(data.engines)},
+            gpus={g: {k: float(self.gpu[k][i]) for k in GPU_FIELDS} for i, g in enumerate(data.gpus) if i in gpus_seen},
+            backends={
+                e: {k: float(self.eng[k][i]) for k in ENGINE_FIELDS}
+                for i, e in enumerate(data.engines)
+                if i in engines_seen
+            },
             meta=meta,
             versions={v: {k: self.version_value(k, i) for k in ENGINE_FIELDS} for i, v in enumerate(data.versions)},
         )
