@@ -177,3 +177,57 @@ def test_malformed_held_out_parts_name_the_field(tmp_path: Path) -> None:
         path.write_text(json.dumps({**base, **extra}))
         with pytest.raises(TokenmillError, match=message):
             load_accuracy(path)
+
+
+def test_a_gpu_outside_the_calibration_file_takes_the_band_of_gpus_held_out_like_it(tmp_path: Path) -> None:
+    """H100 rows scored; H200 is a Hopper (predicted with H100's constants, as a GPU held out and
+    predicted from its architecture's other GPU), MI355X a new architecture (the priors)."""
+    params = tmp_path / "params.json"
+    params.write_text('{"global": {}}\n')
+    in_sample = measure(rows("h100", "vllm", [1.0, 1.2] * MIN_ROWS))
+    by_gpu = measure(rows("h100", "vllm", [0.7, 1.6] * MIN_ROWS))
+    by_arch = measure(rows("h100", "vllm", [0.4, 2.5] * MIN_ROWS))
+    by_model = measure(rows("h100", "vllm", [0.5, 2.0] * MIN_ROWS))
+    path = tmp_path / "acc.json"
+    AccuracyTable(fingerprint(params), in_sample, {}, ("seen/1L",), by_model, by_gpu, by_arch).write(path)
+    back = load_accuracy(path)
+    assert back is not None and back.gpus == {"h100"}
+    assert back.held_out_gpu["all"].ttft_ratio_p10 == 0.7 and back.held_out_architecture["all"].ttft_ratio_p90 == 2.5
+    # a scored GPU and model: the calibration rows' band
+    band, note, held_out = band_for("h100", "vllm", params, path, model="seen/1L")
+    assert held_out == "" and band is not None and band.ttft_ratio_p10 == 1.0
+    # a Hopper the file does not hold: the GPU held-out band, saying whose constants it borrows
+    band, note, held_out = band_for("h200", "vllm", params, path, model="seen/1L")
+    assert held_out == "gpu" and band is not None and band.ttft_ratio_p10 == 0.7
+    assert "h200 is not in the calibration file; its constants are h100's (same architecture)" in note
+    assert band.scope == "vllm" and "no h200/vllm group" in note  # its own group is not in the file
+    # a new architecture: the architecture held-out band (the priors)
+    band, note, held_out = band_for("mi355x", "vllm", params, path, model="seen/1L")
+    assert held_out == "architecture" and band is not None and band.ttft_ratio_p90 == 2.5
+    assert "its constants are the priors" in note
+    # a new GPU and a new model: the GPU's band, and the note says the model is new too
+    band, note, held_out = band_for("mi355x", "vllm", params, path, model="unseen/2L")
+    assert held_out == "architecture" and "the model is not in the calibration file either" in note
+    # a new model on a scored GPU: the model held-out band, as before
+    assert band_for("h100", "vllm", params, path, model="unseen/2L").held_out == "model"
+    # without GPU held-out bands: the calibration rows' band, said to be for other GPUs
+    AccuracyTable(fingerprint(params), in_sample, {}, ("seen/1L",), by_model).write(path)
+    band, note, held_out = band_for("h200", "vllm", params, path, model="seen/1L")
+    assert held_out == "" and band is not None and band.ttft_ratio_p10 == 1.0
+    assert "h200 is not among them, and a GPU held out of the fit misses by more" in note
+
+
+def test_malformed_gpu_held_out_sections_name_the_field(tmp_path: Path) -> None:
+    band = measure(rows("h100", "vllm", [1.0] * 3))["all"].to_dict()
+    base = {"meta": {"params_sha256": "a"}, "groups": {"all": band}}
+    path = tmp_path / "acc.json"
+    for extra, message in (
+        ({"held_out_gpu_groups": [1]}, "'held_out_gpu_groups' must be an object"),
+        (
+            {"held_out_architecture_groups": {"all": {**band, "models": 0}}},
+            "held_out_architecture_groups.all.models must be a positive integer",
+        ),
+    ):
+        path.write_text(json.dumps({**base, **extra}))
+        with pytest.raises(TokenmillError, match=message):
+            load_accuracy(path)

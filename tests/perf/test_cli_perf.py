@@ -254,7 +254,7 @@ def test_predict_json(capsys: pytest.CaptureFixture[str]) -> None:
     acc = d["accuracy"]
     assert acc["scope"] == "sglang" and acc["rows"] >= 20 and acc["models"] >= 2
     # Kimi-K3 is not in the calibration file: the band is the held-out predictions' (benchmarks/calibrate_lomo.py)
-    assert acc["held_out"] is True
+    assert acc["held_out"] is True and acc["held_out_of"] == "model"
     assert acc["ttft_ratio_p90"] == load_accuracy(shipped_accuracy_path()).held_out["sglang"].ttft_ratio_p90  # type: ignore[union-attr]
     assert any(n.startswith("error band from held-out predictions of sglang") for n in d["notes"])
     lo, hi = acc["ttft_ms_range_80"]

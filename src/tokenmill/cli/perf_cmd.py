@@ -181,7 +181,8 @@ def predict(
         if band is not None:
             out["accuracy"] = {
                 **band.to_dict(),
-                "held_out": held_out,
+                "held_out": bool(held_out),
+                "held_out_of": held_out or None,  # "model", "gpu" or "architecture": what the fit did not see
                 "ttft_ms_range_80": [round(x, 3) for x in band.interval("ttft", pred.ttft_ms)],
                 "tpot_ms_range_80": [round(x, 4) for x in band.interval("tpot", pred.tpot_ms)],
             }
@@ -657,8 +658,10 @@ def _accuracy_table(
     # held-out bands (benchmarks/calibrate_lomo.py --accuracy) of the same constants stay valid:
     # keep them rather than drop what took twenty minutes to measure
     previous = load_accuracy(accuracy_out) if accuracy_out.exists() else None
-    if previous is not None and previous.params_sha256 == sha and previous.held_out:
+    if previous is not None and previous.params_sha256 == sha:
         table.held_out = previous.held_out
+        table.held_out_gpu = previous.held_out_gpu
+        table.held_out_architecture = previous.held_out_architecture
         meta.update({k: v for k, v in previous.meta.items() if k.startswith("held_out_")})
     return table
 

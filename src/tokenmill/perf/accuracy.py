@@ -20,6 +20,16 @@ twice as far off in TTFT (docs/perf.md §5). So the file can also hold *held-out
 over predictions of each calibration model by constants refitted without it, and the list of the
 models whose rows were scored (``models``, by architecture: ``model_key``). A prediction for a
 model not in that list takes the held-out band, the error to expect for a model the fit never saw.
+
+A GPU the calibration file does not hold is the same question for hardware, with two answers:
+``predict`` gives a GPU of a calibrated architecture (GB300, a Blackwell Ultra like B300) that
+GPU's fitted constants, and one of a new architecture (MI355X) the priors. So the file can also
+hold the bands of each calibration GPU predicted as such a GPU would be, by constants refitted
+without it (``held_out_gpu_groups``: it borrows a calibrated GPU of its architecture) and without
+its whole architecture (``held_out_architecture_groups``: the priors), both written by
+``benchmarks/calibrate_lomo.py --hold-out gpu|architecture --accuracy``. A prediction for a GPU
+not among the scored ones takes the band of its case; where neither its GPU nor its model was
+scored, the GPU's, and the note says the model is new too.
 """
 
 from __future__ import annotations
@@ -166,11 +176,32 @@ class AccuracyTable:
     models: tuple[str, ...] = ()
     #: the same groups over held-out predictions (each model by constants refitted without it)
     held_out: dict[str, ErrorBand] = field(default_factory=dict)
+    #: ... each GPU by constants refitted without it (it borrows a GPU of its architecture)
+    held_out_gpu: dict[str, ErrorBand] = field(default_factory=dict)
+    #: ... each GPU by constants refitted without its architecture (the priors)
+    held_out_architecture: dict[str, ErrorBand] = field(default_factory=dict)
 
-    def band(self, gpu: str, backend: str, held_out: bool = False) -> ErrorBand | None:
+    @property
+    def gpus(self) -> set[str]:
+        """The GPUs whose rows were scored (from the GPU-under-engine groups)."""
+        return {k.split("/", 1)[0] for k in self.groups if "/" in k}
+
+    def held_out_groups(self, held_out: str) -> dict[str, ErrorBand]:
+        """The groups of a kind of held-out prediction ("model", "gpu", "architecture"), or the
+        calibration rows' ("")."""
+        by_kind = {
+            "": self.groups,
+            "model": self.held_out,
+            "gpu": self.held_out_gpu,
+            "architecture": self.held_out_architecture,
+        }
+        return by_kind[held_out]
+
+    def band(self, gpu: str, backend: str, held_out: str | bool = "") -> ErrorBand | None:
         """The GPU-under-engine band with ``MIN_ROWS`` rows of ``MIN_MODELS`` models or more, else
-        the engine's, else all rows' (of the held-out groups with ``held_out``)."""
-        groups = self.held_out if held_out else self.groups
+        the engine's, else all rows' (of the held-out groups of that kind with ``held_out``;
+        ``True`` is "model")."""
+        groups = self.held_out_groups("model" if held_out is True else held_out or "")
         for key in (group_key(gpu, backend), backend, ALL):
             b = groups.get(key)
             if b is not None and b.rows >= MIN_ROWS and b.models >= MIN_MODELS:
@@ -184,8 +215,13 @@ class AccuracyTable:
         }
         if self.models:
             out["models"] = sorted(self.models)
-        if self.held_out:
-            out["held_out_groups"] = {k: v.to_dict() for k, v in self.held_out.items()}
+        for name, groups in (
+            ("held_out_groups", self.held_out),
+            ("held_out_gpu_groups", self.held_out_gpu),
+            ("held_out_architecture_groups", self.held_out_architecture),
+        ):
+            if groups:
+                out[name] = {k: v.to_dict() for k, v in groups.items()}
         return out
 
     def write(self, path: Path | str) -> None:
@@ -250,21 +286,42 @@ def load_accuracy(path: Path | str | None = None) -> AccuracyTable | None:
     models = data.get("models", [])
     if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
         raise TokenmillError(f"{p}: 'models' must be a list of strings (the scored models' architectures)")
-    held = data.get("held_out_groups", {})
-    if not isinstance(held, dict):
-        raise TokenmillError(f"{p}: 'held_out_groups' must be an object")
-    held_out = {k: _band_from_json(k, v, str(p), "held_out_groups") for k, v in held.items()}
+    held: list[dict[str, ErrorBand]] = []
+    for section in ("held_out_groups", "held_out_gpu_groups", "held_out_architecture_groups"):
+        obj = data.get(section, {})
+        if not isinstance(obj, dict):
+            raise TokenmillError(f"{p}: '{section}' must be an object")
+        held.append({k: _band_from_json(k, v, str(p), section) for k, v in obj.items()})
     rest = {k: v for k, v in meta.items() if k != "params_sha256"}
-    return AccuracyTable(meta["params_sha256"], groups, rest, tuple(models), held_out)
+    return AccuracyTable(meta["params_sha256"], groups, rest, tuple(models), *held)
 
 
 class BandChoice(NamedTuple):
-    """The band a prediction carries (None: none), where it comes from, and whether it is a
-    held-out band (a model the fit did not see)."""
+    """The band a prediction carries (None: none), where it comes from, and what it is held out
+    for: "model" (a model the fit did not see), "gpu" (a GPU it did not see, of a calibrated
+    architecture), "architecture" (a GPU of an architecture it did not see), or "" (the
+    calibration rows' own band)."""
 
     band: ErrorBand | None
     note: str
-    held_out: bool = False
+    held_out: str = ""
+
+
+def _same_architecture(gpu: str, others: Iterable[str]) -> str | None:
+    """A GPU of ``others`` with ``gpu``'s architecture (what ``ParamTable.resolve`` borrows)."""
+    from tokenmill.hardware import load_gpu
+
+    try:
+        arch = load_gpu(gpu).architecture
+    except TokenmillError:
+        return None
+    for name in sorted(others):
+        try:
+            if load_gpu(name).architecture == arch:
+                return name
+        except TokenmillError:
+            continue
+    return None
 
 
 def band_for(
@@ -287,7 +344,15 @@ def band_for(
             "`tokenmill calibrate evaluate ... --accuracy-out` measures them)",
         )
     unseen = model is not None and bool(table.models) and model not in table.models
-    held_out = unseen and bool(table.held_out)
+    scored_gpus = table.gpus
+    new_gpu = bool(scored_gpus) and gpu not in scored_gpus
+    borrowed = _same_architecture(gpu, scored_gpus) if new_gpu else None
+    kind = ""
+    if new_gpu:
+        kind = "gpu" if borrowed is not None else "architecture"
+    elif unseen:
+        kind = "model"
+    held_out = kind if table.held_out_groups(kind) else ""
     b = table.band(gpu, backend, held_out)
     if b is None:
         return BandChoice(None, "no accuracy group with enough rows")
@@ -297,15 +362,32 @@ def band_for(
     else:
         whose = "this engine's" if b.scope == backend else "all engines'"
         where = f"no {key} group with {MIN_ROWS}+ rows of {MIN_MODELS}+ models: {whose}"
-    if held_out:
+    also_model = "; the model is not in the calibration file either, and a model held out of the fit misses by more"
+    if held_out == "model":
         return BandChoice(
             b,
             f"error band from held-out predictions of {b.scope} ({b.rows} rows, {b.models} models; {where}): "
             "this model is not in the calibration file, so the band is how far the calibration models "
             "landed when each was predicted by constants refitted without it",
-            True,
+            held_out,
+        )
+    if held_out:
+        how = (
+            f"its constants are {borrowed}'s (same architecture), so the band is how far each calibration GPU's "
+            "rows landed when predicted by constants refitted without that GPU, from a GPU of its architecture"
+            if held_out == "gpu"
+            else "its architecture is not either, so its constants are the priors, and the band is how far each "
+            "calibration GPU's rows landed when predicted by constants refitted without its whole architecture"
+        )
+        return BandChoice(
+            b,
+            f"error band from held-out predictions of {b.scope} ({b.rows} rows, {b.models} models; {where}): "
+            f"{gpu} is not in the calibration file; {how}" + (also_model if unseen else ""),
+            held_out,
         )
     note = f"error band from the calibration rows of {b.scope} ({b.rows} rows, {b.models} models; {where})"
+    if new_gpu:
+        note += f"; {gpu} is not among them, and a GPU held out of the fit misses by more (docs/perf.md §5)"
     if unseen:
         note += "; this model is not among them, and a model held out of the fit misses by more (docs/perf.md §5)"
     return BandChoice(b, note)
