@@ -8,7 +8,10 @@ engine versions constants of their own, as ``calibrate fit --versions`` does).
 architecture (Hopper: H100 and H200; Blackwell: B200 and GB200; Blackwell Ultra: B300): the
 held-out rows are then predicted as ``tokenmill predict`` predicts a GPU the constants do not
 name, with the fitted values of a GPU of the same architecture where there is one, else the
-priors (``calibrated.ParamTable.resolve``). That is the error to expect of a new GPU.
+priors (``calibrated.ParamTable.resolve``; the table's ``constants`` column says which). That is
+the error to expect of a new GPU. A GPU with no other of its architecture (B300) is predicted
+from the priors when held out: its row is in the GPU table, but its predictions go to the
+architecture's bands, not the GPU bands.
 
 1. Replay every fully specified row once with the shipped constants, recording the steps (the
    in-sample predictions come from this same replay).
@@ -57,6 +60,13 @@ def gpu_group(system: str, by: str) -> str:
     """The held-out group of a row's system: its GPU kind, or its GPU's architecture."""
     gpu = load_gpu(system)
     return gpu.architecture if by == "architecture" else gpu.name
+
+
+def borrowed_from(gpu: str, table: ParamTable) -> str | None:
+    """The fitted GPU whose constants a prediction for ``gpu`` takes from ``table`` (one of the
+    same architecture, as ``ParamTable.resolve`` picks it), or None: the priors."""
+    arch = load_gpu(gpu).architecture
+    return next((g for g in sorted(table.gpus) if load_gpu(g).architecture == arch), None)
 
 
 def med(errs: list[float]) -> float:
@@ -108,10 +118,18 @@ def main() -> None:
         ids = set(np.asarray(data.ids)[held])
         held_rows = [r for r in full if r["id"] in ids]
         out = predict_rows(held_rows, args.models_dir, table, jobs=args.jobs)
-        held_out += out
+        source = "fitted"
+        if args.hold_out != "model":
+            sources = {borrowed_from(r["system"], table) for r in held_rows}
+            source = ", ".join(sorted(f"{g}'s" if g else "priors" for g in sources))
+        # a GPU held out with no other GPU of its architecture is predicted from the priors: that
+        # is the architecture's case, not the one the GPU bands describe
+        if args.hold_out != "gpu" or "priors" not in source:
+            held_out += out
         ins = [p for p in preds if p.id in ids and p.predicted]
         res = {
             "held_out": f,
+            "constants": source,
             "rows": len(held_rows),
             "ttft_in": med([abs(p.ttft_ms / p.measured_ttft_ms - 1) for p in ins]),  # type: ignore[operator]
             "tpot_in": med([abs(p.tpot_ms / p.measured_tpot_ms - 1) for p in ins]),  # type: ignore[operator]
@@ -142,13 +160,14 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     print(
-        f"\n| held-out {args.hold_out} | rows | TTFT in-sample | TTFT held out | ratio "
+        f"\n| held-out {args.hold_out} | constants | rows | TTFT in-sample | TTFT held out | ratio "
         "| TPOT in-sample | TPOT held out | ratio |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
-            f"| {r['held_out']} | {r['rows']} | {100 * r['ttft_in']:.1f} % | {100 * r['ttft_out']:.1f} % | "
+            f"| {r['held_out']} | {r['constants']} | {r['rows']} | "
+            f"{100 * r['ttft_in']:.1f} % | {100 * r['ttft_out']:.1f} % | "
             f"{r['ttft_ratio']:.2f} | {100 * r['tpot_in']:.1f} % | {100 * r['tpot_out']:.1f} % | "
             f"{r['tpot_ratio']:.2f} |"
         )

@@ -12,6 +12,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.perf.accuracy import (
     MIN_ROWS,
     AccuracyTable,
+    ErrorBand,
     Scored,
     band_for,
     fingerprint,
@@ -129,6 +130,12 @@ def test_shipped_bands_were_measured_with_the_shipped_constants() -> None:
     # the seven architectures of the file (DeepSeek-R1 and -V3 are one), and every row held out once
     assert len(table.models) == 7 and model_key(load_model("deepseek-v3")) in table.models
     assert table.held_out["all"].rows == table.groups["all"].rows
+    # every GPU held out once by architecture, and by GPU all but B300 (the only Blackwell Ultra:
+    # held out, it has no sibling to borrow from, so its rows are the architecture's case)
+    assert table.held_out_architecture["all"].rows == table.groups["all"].rows
+    b300 = sum(b.rows for k, b in table.groups.items() if k.startswith("b300/"))
+    assert table.held_out_gpu["all"].rows == table.groups["all"].rows - b300
+    assert not any(k.startswith("b300/") for k in table.held_out_gpu)
 
 
 def test_model_key_is_the_architecture_not_the_name_or_the_quantisation() -> None:
@@ -205,9 +212,13 @@ def test_a_gpu_outside_the_calibration_file_takes_the_band_of_gpus_held_out_like
     band, note, held_out = band_for("mi355x", "vllm", params, path, model="seen/1L")
     assert held_out == "architecture" and band is not None and band.ttft_ratio_p90 == 2.5
     assert "its constants are the priors" in note
-    # a new GPU and a new model: the GPU's band, and the note says the model is new too
+    # a new GPU and a new model: the wider of the two held-out bands, and the note says both are new
     band, note, held_out = band_for("mi355x", "vllm", params, path, model="unseen/2L")
-    assert held_out == "architecture" and "the model is not in the calibration file either" in note
+    assert held_out == "architecture" and band is not None and band.ttft_ratio_p90 == 2.5  # 0.4–2.5 > 0.5–2.0
+    assert "the model is not in the calibration file either, and its model held-out band is narrower" in note
+    band, note, held_out = band_for("h200", "vllm", params, path, model="unseen/2L")
+    assert held_out == "model" and band is not None and band.ttft_ratio_p90 == 2.0  # 0.5–2.0 > 0.7–1.6
+    assert "h200 is not in the calibration file either, and its GPU held-out band is narrower" in note
     # a new model on a scored GPU: the model held-out band, as before
     assert band_for("h100", "vllm", params, path, model="unseen/2L").held_out == "model"
     # without GPU held-out bands: the calibration rows' band, said to be for other GPUs
@@ -215,6 +226,8 @@ def test_a_gpu_outside_the_calibration_file_takes_the_band_of_gpus_held_out_like
     band, note, held_out = band_for("h200", "vllm", params, path, model="seen/1L")
     assert held_out == "" and band is not None and band.ttft_ratio_p10 == 1.0
     assert "h200 is not among them, and a GPU held out of the fit misses by more" in note
+    band, note, held_out = band_for("h200", "vllm", params, path, model="unseen/2L")  # only the model's held out
+    assert held_out == "model" and "h200 is not in the calibration file either, and a GPU held out" in note
 
 
 def test_malformed_gpu_held_out_sections_name_the_field(tmp_path: Path) -> None:
@@ -231,3 +244,11 @@ def test_malformed_gpu_held_out_sections_name_the_field(tmp_path: Path) -> None:
         path.write_text(json.dumps({**base, **extra}))
         with pytest.raises(TokenmillError, match=message):
             load_accuracy(path)
+
+
+def test_log_width_measures_both_intervals_and_survives_a_zero() -> None:
+    b = measure(rows("h100", "vllm", [0.5, 2.0] * 5))["all"]
+    # p10 and p90 of measured ÷ predicted for a 50/50 mix of 0.5 and 2.0: 0.5 and 2.0 for both metrics
+    assert b.log_width() == pytest.approx(2 * math.log(4.0))
+    zero = ErrorBand(**{**b.to_dict(), "ttft_ratio_p10": 0.0})
+    assert math.isfinite(zero.log_width()) and zero.log_width() > b.log_width()

@@ -274,6 +274,29 @@ def test_predict_of_a_calibration_model_has_the_calibration_rows_band(capsys: py
     assert any(n.startswith("error band from the calibration rows of h100/vllm") for n in d["notes"])
 
 
+def test_predict_on_a_gpu_outside_the_calibration_file_takes_the_held_out_gpu_band(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shipped = load_accuracy(shipped_accuracy_path())
+    assert shipped is not None
+    point = ("--model", "llama-3.1-8b", "--gpus", "1", "--backend", "vllm", "--json")
+    # GB300 is a Blackwell Ultra like B300, whose constants it borrows: the GPU held-out band
+    code, out, _ = cli(capsys, "predict", "--gpu", "gb300", *point)
+    assert code == 0
+    acc = json.loads(out)["accuracy"]
+    assert acc["held_out"] is True and acc["held_out_of"] == "gpu" and acc["scope"] == "vllm"
+    assert acc["tpot_ratio_p90"] == shipped.held_out_gpu["vllm"].tpot_ratio_p90
+    assert any("gb300 is not in the calibration file; its constants are b300's" in n for n in json.loads(out)["notes"])
+    # MI355X is of an architecture the file does not hold: the priors, and the architecture band
+    code, out, _ = cli(capsys, "predict", "--gpu", "mi355x", *point)
+    acc = json.loads(out)["accuracy"]
+    assert code == 0 and acc["held_out_of"] == "architecture"
+    assert acc["tpot_ratio_p90"] == shipped.held_out_architecture["vllm"].tpot_ratio_p90
+    # a calibrated GPU and model: the calibration rows' band, nothing held out
+    code, out, _ = cli(capsys, "predict", "--gpu", "h100", *point)
+    assert code == 0 and json.loads(out)["accuracy"]["held_out_of"] is None
+
+
 def test_predict_tables_say_when_the_band_is_held_out(capsys: pytest.CaptureFixture[str]) -> None:
     k3 = ("predict", "--model", "kimi-k3", "--gpu", "b300", "--gpus", "8", "--tp", "8", "--isl", "2048", "--osl", "64")
     code, out, _ = cli(capsys, *k3)
@@ -463,15 +486,23 @@ def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert table.held_out == {}  # held-out bands come from leave-one-model-out (benchmarks/calibrate_lomo.py)
     # evaluated again with the same constants, a file's held-out bands are kept; with others, dropped
     table.held_out = {"all": table.groups["all"]}
+    table.held_out_gpu = {"vllm": table.groups["vllm"]}
+    table.held_out_architecture = {"trtllm": table.groups["trtllm"]}
     table.meta["held_out_command"] = "lomo"
+    table.meta["held_out_gpu_command"] = "lomo --hold-out gpu"
     table.write(acc)
     rerun = [*args, "--out", str(tmp_path / "p.csv"), "--accuracy-out", str(acc), "--json"]
     assert cli(capsys, *rerun)[0] == 0
     kept = load_accuracy(acc)
     assert kept is not None and kept.held_out["all"] == table.groups["all"] and kept.meta["held_out_command"] == "lomo"
-    AccuracyTable("other constants", table.groups, {}, held_out={"all": table.groups["all"]}).write(acc)
+    assert kept.held_out_gpu == {"vllm": table.groups["vllm"]} and kept.meta["held_out_gpu_command"].endswith("gpu")
+    assert kept.held_out_architecture == {"trtllm": table.groups["trtllm"]}
+    AccuracyTable(
+        "other constants", table.groups, {}, held_out={"all": table.groups["all"]}, held_out_gpu=table.held_out_gpu
+    ).write(acc)
     assert cli(capsys, *rerun)[0] == 0
-    assert load_accuracy(acc).held_out == {}  # type: ignore[union-attr]
+    dropped = load_accuracy(acc)
+    assert dropped is not None and dropped.held_out == {} and dropped.held_out_gpu == {}
     preds = {r["id"]: r for r in csv.DictReader((tmp_path / "p.csv").open())}
     ape = abs(float(preds["llama8"]["predicted_ttft_ms"]) / 60.0 - 1.0)
     assert table.groups["h100/vllm"].ttft_median_ape == pytest.approx(ape, abs=6e-5)  # 4 decimals in the file

@@ -82,6 +82,13 @@ class ErrorBand:
     tpot_ratio_p10: float
     tpot_ratio_p90: float
 
+    def log_width(self) -> float:
+        """How wide the band's two 80 % intervals are together, as log(p90 / p10) of TTFT plus
+        that of TPOT: which of two bands says less about a prediction."""
+        tiny = 1e-9  # a p10 of 0 (a file may say so): as wide as it gets
+        ttft = math.log(max(self.ttft_ratio_p90, tiny) / max(self.ttft_ratio_p10, tiny))
+        return ttft + math.log(max(self.tpot_ratio_p90, tiny) / max(self.tpot_ratio_p10, tiny))
+
     def interval(self, metric: str, predicted: float) -> tuple[float, float]:
         """Where 80 % of the group's rows measured, applied to ``predicted`` (metric: ttft|tpot)."""
         lo, hi = (
@@ -347,13 +354,13 @@ def band_for(
     scored_gpus = table.gpus
     new_gpu = bool(scored_gpus) and gpu not in scored_gpus
     borrowed = _same_architecture(gpu, scored_gpus) if new_gpu else None
-    kind = ""
-    if new_gpu:
-        kind = "gpu" if borrowed is not None else "architecture"
-    elif unseen:
-        kind = "model"
-    held_out = kind if table.held_out_groups(kind) else ""
-    b = table.band(gpu, backend, held_out)
+    # the held-out kinds that apply, of those the file holds; both a new GPU and a new model:
+    # the wider band of the two (neither was measured on rows new in both ways)
+    kinds = [k for k, new in (("gpu" if borrowed else "architecture", new_gpu), ("model", unseen)) if new]
+    candidates = [(k, b) for k in kinds if table.held_out_groups(k) and (b := table.band(gpu, backend, k))]
+    held_out, b = max(candidates, key=lambda kb: kb[1].log_width()) if candidates else ("", None)
+    if b is None:
+        b = table.band(gpu, backend)
     if b is None:
         return BandChoice(None, "no accuracy group with enough rows")
     key = group_key(gpu, backend)
@@ -362,15 +369,27 @@ def band_for(
     else:
         whose = "this engine's" if b.scope == backend else "all engines'"
         where = f"no {key} group with {MIN_ROWS}+ rows of {MIN_MODELS}+ models: {whose}"
-    also_model = "; the model is not in the calibration file either, and a model held out of the fit misses by more"
     if held_out == "model":
+        gpu_kind = "gpu" if borrowed else "architecture"
+        also_gpu = ""
+        if new_gpu:
+            also_gpu = f"; {gpu} is not in the calibration file either, and " + (
+                "its GPU held-out band is narrower"
+                if table.held_out_groups(gpu_kind)
+                else "a GPU held out of the fit misses by more (docs/perf.md §5)"
+            )
         return BandChoice(
             b,
             f"error band from held-out predictions of {b.scope} ({b.rows} rows, {b.models} models; {where}): "
             "this model is not in the calibration file, so the band is how far the calibration models "
-            "landed when each was predicted by constants refitted without it",
+            "landed when each was predicted by constants refitted without it" + also_gpu,
             held_out,
         )
+    also_model = (
+        "; the model is not in the calibration file either, and its model held-out band is narrower"
+        if unseen and table.held_out
+        else "; the model is not in the calibration file either, and a model held out of the fit misses by more"
+    )
     if held_out:
         how = (
             f"its constants are {borrowed}'s (same architecture), so the band is how far each calibration GPU's "
