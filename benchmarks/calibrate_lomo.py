@@ -46,7 +46,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.hardware import load_gpu
 from tokenmill.perf.accuracy import fingerprint, load_accuracy, measure, scored_rows
 from tokenmill.perf.calibrate import collect, fit_constants, fitting_rows, predict_rows
-from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
+from tokenmill.perf.calibrated import ParamTable, load_table, same_architecture, shipped_path
 from tokenmill.perf.measurements import find_config, read_measurements
 
 
@@ -60,13 +60,6 @@ def gpu_group(system: str, by: str) -> str:
     """The held-out group of a row's system: its GPU kind, or its GPU's architecture."""
     gpu = load_gpu(system)
     return gpu.architecture if by == "architecture" else gpu.name
-
-
-def borrowed_from(gpu: str, table: ParamTable) -> str | None:
-    """The fitted GPU whose constants a prediction for ``gpu`` takes from ``table`` (one of the
-    same architecture, as ``ParamTable.resolve`` picks it), or None: the priors."""
-    arch = load_gpu(gpu).architecture
-    return next((g for g in sorted(table.gpus) if load_gpu(g).architecture == arch), None)
 
 
 def med(errs: list[float]) -> float:
@@ -120,7 +113,7 @@ def main() -> None:
         out = predict_rows(held_rows, args.models_dir, table, jobs=args.jobs)
         source = "fitted"
         if args.hold_out != "model":
-            sources = {borrowed_from(r["system"], table) for r in held_rows}
+            sources = {same_architecture(load_gpu(r["system"]).name, table.gpus) for r in held_rows}
             source = ", ".join(sorted(f"{g}'s" if g else "priors" for g in sources))
         # a GPU held out with no other GPU of its architecture is predicted from the priors: that
         # is the architecture's case, not the one the GPU bands describe

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tokenmill.errors import TokenmillError
+from tokenmill.perf.calibrated import same_architecture
 
 ACCURACY_FILE = "accuracy.json"
 #: A group of rows gives a band of its own from this many scored rows.
@@ -314,23 +315,6 @@ class BandChoice(NamedTuple):
     held_out: str = ""
 
 
-def _same_architecture(gpu: str, others: Iterable[str]) -> str | None:
-    """A GPU of ``others`` with ``gpu``'s architecture (what ``ParamTable.resolve`` borrows)."""
-    from tokenmill.hardware import load_gpu
-
-    try:
-        arch = load_gpu(gpu).architecture
-    except TokenmillError:
-        return None
-    for name in sorted(others):
-        try:
-            if load_gpu(name).architecture == arch:
-                return name
-        except TokenmillError:
-            continue
-    return None
-
-
 def band_for(
     gpu: str,
     backend: str,
@@ -353,7 +337,7 @@ def band_for(
     unseen = model is not None and bool(table.models) and model not in table.models
     scored_gpus = table.gpus
     new_gpu = bool(scored_gpus) and gpu not in scored_gpus
-    borrowed = _same_architecture(gpu, scored_gpus) if new_gpu else None
+    borrowed = same_architecture(gpu, scored_gpus) if new_gpu else None
     # the held-out kinds that apply, of those the file holds; both a new GPU and a new model:
     # the wider band of the two (neither was measured on rows new in both ways)
     kinds = [k for k, new in (("gpu" if borrowed else "architecture", new_gpu), ("model", unseen)) if new]

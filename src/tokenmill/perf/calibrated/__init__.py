@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -125,7 +126,7 @@ class ParamTable:
             notes.append(f"global constants {', '.join(missing)}: priors")
         source: str | None = gpu
         if gpu not in self.gpus:
-            source = _same_architecture(gpu, self.gpus)
+            source = same_architecture(gpu, self.gpus)
             if source is None:
                 notes.append(f"GPU {gpu}: not calibrated; priors for {', '.join(GPU_FIELDS)}")
             else:
@@ -166,12 +167,14 @@ def _version_values(key: str, obj: Any, source: str) -> dict[str, float]:
     return values
 
 
-def _same_architecture(gpu: str, fitted: dict[str, dict[str, float]]) -> str | None:
+def same_architecture(gpu: str, names: Iterable[str]) -> str | None:
+    """The first of ``names`` (in sorted order) whose GPU has ``gpu``'s architecture: the GPU whose
+    fitted constants a GPU the table does not name borrows (``ParamTable.resolve``), or None."""
     try:
         arch = load_gpu(gpu).architecture
     except TokenmillError:
         return None
-    for name in sorted(fitted):
+    for name in sorted(names):
         try:
             if load_gpu(name).architecture == arch:
                 return name
