@@ -29,7 +29,8 @@ without it (``held_out_gpu_groups``: it borrows a calibrated GPU of its architec
 its whole architecture (``held_out_architecture_groups``: the priors), both written by
 ``benchmarks/calibrate_lomo.py --hold-out gpu|architecture --accuracy``. A prediction for a GPU
 not among the scored ones takes the band of its case; where neither its GPU nor its model was
-scored, the GPU's, and the note says the model is new too.
+scored, the wider of its GPU's and its model's held-out bands (neither was measured on rows new
+in both ways), and the note says both are new.
 """
 
 from __future__ import annotations
@@ -205,11 +206,10 @@ class AccuracyTable:
         }
         return by_kind[held_out]
 
-    def band(self, gpu: str, backend: str, held_out: str | bool = "") -> ErrorBand | None:
+    def band(self, gpu: str, backend: str, held_out: str = "") -> ErrorBand | None:
         """The GPU-under-engine band with ``MIN_ROWS`` rows of ``MIN_MODELS`` models or more, else
-        the engine's, else all rows' (of the held-out groups of that kind with ``held_out``;
-        ``True`` is "model")."""
-        groups = self.held_out_groups("model" if held_out is True else held_out or "")
+        the engine's, else all rows' (of the held-out groups of that kind with ``held_out``)."""
+        groups = self.held_out_groups(held_out)
         for key in (group_key(gpu, backend), backend, ALL):
             b = groups.get(key)
             if b is not None and b.rows >= MIN_ROWS and b.models >= MIN_MODELS:
@@ -369,12 +369,13 @@ def band_for(
             "landed when each was predicted by constants refitted without it" + also_gpu,
             held_out,
         )
-    also_model = (
-        "; the model is not in the calibration file either, and its model held-out band is narrower"
-        if unseen and table.held_out
-        else "; the model is not in the calibration file either, and a model held out of the fit misses by more"
-    )
     if held_out:
+        also_model = ""
+        if unseen:
+            narrower = "its model held-out band is narrower"
+            also_model = "; the model is not in the calibration file either, and " + (
+                narrower if table.held_out else "a model held out of the fit misses by more"
+            )
         how = (
             f"its constants are {borrowed}'s (same architecture), so the band is how far each calibration GPU's "
             "rows landed when predicted by constants refitted without that GPU, from a GPU of its architecture"
@@ -385,7 +386,7 @@ def band_for(
         return BandChoice(
             b,
             f"error band from held-out predictions of {b.scope} ({b.rows} rows, {b.models} models; {where}): "
-            f"{gpu} is not in the calibration file; {how}" + (also_model if unseen else ""),
+            f"{gpu} is not in the calibration file; {how}{also_model}",
             held_out,
         )
     note = f"error band from the calibration rows of {b.scope} ({b.rows} rows, {b.models} models; {where})"
