@@ -8,10 +8,10 @@ engine versions constants of their own, as ``calibrate fit --versions`` does).
 architecture (Hopper: H100 and H200; Blackwell: B200 and GB200; Blackwell Ultra: B300): the
 held-out rows are then predicted as ``tokenmill predict`` predicts a GPU the constants do not
 name, with the fitted values of a GPU of the same architecture where there is one, else the
-priors (``calibrated.ParamTable.resolve``; the table's ``constants`` column says which). That is
-the error to expect of a new GPU. A GPU with no other of its architecture (B300) is predicted
-from the priors when held out: its row is in the GPU table, but its predictions go to the
-architecture's bands, not the GPU bands.
+median of the other fitted GPUs' values (``calibrated.ParamTable.resolve``; the table's
+``constants`` column says which). That is the error to expect of a new GPU. A GPU with no other of
+its architecture (B300) is predicted from those medians when held out: its row is in the GPU
+table, but its predictions go to the architecture's bands, not the GPU bands.
 
 1. Replay every fully specified row once with the shipped constants, recording the steps (the
    in-sample predictions come from this same replay).
@@ -48,6 +48,9 @@ from tokenmill.perf.accuracy import fingerprint, load_accuracy, measure, scored_
 from tokenmill.perf.calibrate import collect, fit_constants, fitting_rows, predict_rows
 from tokenmill.perf.calibrated import ParamTable, load_table, same_architecture, shipped_path
 from tokenmill.perf.measurements import find_config, read_measurements
+
+#: the ``constants`` column of a group predicted from the medians of the other fitted GPUs' values
+ACROSS_GPUS = "medians of the other GPUs'"
 
 
 def family(model_path: str, models_dir: str) -> str:
@@ -114,10 +117,10 @@ def main() -> None:
         source = "fitted"
         if args.hold_out != "model":
             sources = {same_architecture(load_gpu(r["system"]).name, table.gpus) for r in held_rows}
-            source = ", ".join(sorted(f"{g}'s" if g else "priors" for g in sources))
-        # a GPU held out with no other GPU of its architecture is predicted from the priors: that
-        # is the architecture's case, not the one the GPU bands describe
-        if args.hold_out != "gpu" or "priors" not in source:
+            source = ", ".join(sorted(f"{g}'s" if g else ACROSS_GPUS for g in sources))
+        # a GPU held out with no other GPU of its architecture is predicted from the other GPUs'
+        # medians: that is the architecture's case, not the one the GPU bands describe
+        if args.hold_out != "gpu" or ACROSS_GPUS not in source:
             held_out += out
         ins = [p for p in preds if p.id in ids and p.predicted]
         res = {

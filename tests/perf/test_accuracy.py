@@ -188,7 +188,7 @@ def test_malformed_held_out_parts_name_the_field(tmp_path: Path) -> None:
 
 def test_a_gpu_outside_the_calibration_file_takes_the_band_of_gpus_held_out_like_it(tmp_path: Path) -> None:
     """H100 rows scored; H200 is a Hopper (predicted with H100's constants, as a GPU held out and
-    predicted from its architecture's other GPU), MI355X a new architecture (the priors)."""
+    predicted from its architecture's other GPU), MI355X a new architecture (the fitted GPUs' medians)."""
     params = tmp_path / "params.json"
     params.write_text('{"global": {}}\n')
     in_sample = measure(rows("h100", "vllm", [1.0, 1.2] * MIN_ROWS))
@@ -206,12 +206,12 @@ def test_a_gpu_outside_the_calibration_file_takes_the_band_of_gpus_held_out_like
     # a Hopper the file does not hold: the GPU held-out band, saying whose constants it borrows
     band, note, held_out = band_for("h200", "vllm", params, path, model="seen/1L")
     assert held_out == "gpu" and band is not None and band.ttft_ratio_p10 == 0.7
-    assert "h200 is not in the calibration file; its constants are h100's (same architecture)" in note
+    assert "h200 is not in the calibration file; its constants are h100's (same architecture;" in note
     assert band.scope == "vllm" and "no h200/vllm group" in note  # its own group is not in the file
-    # a new architecture: the architecture held-out band (the priors)
+    # a new architecture: the architecture held-out band (the fitted GPUs' medians)
     band, note, held_out = band_for("mi355x", "vllm", params, path, model="seen/1L")
     assert held_out == "architecture" and band is not None and band.ttft_ratio_p90 == 2.5
-    assert "its constants are the priors" in note
+    assert "its constants are the medians of the fitted GPUs'" in note
     # a new GPU and a new model: the wider of the two held-out bands, and the note says both are new
     band, note, held_out = band_for("mi355x", "vllm", params, path, model="unseen/2L")
     assert held_out == "architecture" and band is not None and band.ttft_ratio_p90 == 2.5  # 0.4–2.5 > 0.5–2.0

@@ -11,7 +11,7 @@ import tokenmill.perf.calibrate as calibrate
 from tests.perf.rows import MODELS, row
 from tokenmill.perf.calibrate import _tie_groups, collect, fit, fit_constants, predict_recorded, predict_rows, score
 from tokenmill.perf.calibrated import ParamTable, load_table, params_for
-from tokenmill.perf.params import ENGINE_FIELDS, GPU_FIELDS, PerfParams
+from tokenmill.perf.params import ENGINE_FIELDS, GPU_FIELDS, PER_GPU_FIELDS, PerfParams
 
 
 def test_shipped_constants_load_and_fall_back_with_notes() -> None:
@@ -27,9 +27,56 @@ def test_shipped_constants_load_and_fall_back_with_notes() -> None:
     assert isinstance(p, PerfParams) and not notes
     _, gb300 = params_for("gb300", "sglang")
     assert any("b300" in n for n in gb300)
-    prior, amd = params_for("mi355x", None)
-    assert any("priors" in n for n in amd) and any("no engine" in n for n in amd)
-    assert prior.matmul_efficiency == PerfParams().matmul_efficiency
+    amd_params, amd = params_for("mi355x", None)
+    assert any("median of the fitted GPUs'" in n for n in amd) and any("no engine" in n for n in amd)
+    assert amd_params.matmul_efficiency != PerfParams().matmul_efficiency
+
+
+def test_a_gpu_outside_the_table_takes_its_siblings_die_and_the_gpus_medians() -> None:
+    """MI355X (CDNA 4) has no fitted GPU of its architecture: each per-GPU constant is the median
+    over the fitted GPUs, the 4-bit ratio over those with a 4-bit peak (B200, B300, not H100).
+    GB300 has one (B300): its kernel efficiencies are B300's, its weight bandwidth and collective
+    latency (fitted per GPU alone) the medians."""
+    gpu = {
+        "matmul_efficiency": 0.5,
+        "moe_matmul_efficiency": 0.2,
+        "fp4_matmul_ratio": 0.1,
+        "attention_efficiency": 0.4,
+        "weight_bandwidth_efficiency": 0.6,
+        "collective_latency_s": 10e-6,
+    }
+    table = ParamTable(
+        gpus={
+            "h100": gpu,
+            "b200": {**gpu, "matmul_efficiency": 0.7, "fp4_matmul_ratio": 0.6, "collective_latency_s": 30e-6},
+            "b300": {
+                **gpu,
+                "matmul_efficiency": 0.9,
+                "fp4_matmul_ratio": 0.8,
+                "collective_latency_s": 40e-6,
+                "weight_bandwidth_efficiency": 0.9,
+            },
+        }
+    )
+    p, notes = table.resolve("mi355x", None)
+    assert p.matmul_efficiency == 0.7  # of 0.5, 0.7, 0.9
+    assert p.collective_latency_s == 30e-6  # of 10, 30, 40 µs
+    assert p.weight_bandwidth_efficiency == 0.6  # of 0.6, 0.6, 0.9
+    assert p.fp4_matmul_ratio == 0.7  # of B200's 0.6 and B300's 0.8; H100's 0.1 left out
+    assert p.moe_matmul_efficiency == 0.2
+    assert any("median of the fitted GPUs' (b200, b300, h100)" in n for n in notes)
+    # GB300: B300's die, the medians' memory and links
+    p, notes = table.resolve("gb300", None)
+    assert (p.matmul_efficiency, p.fp4_matmul_ratio) == (0.9, 0.8)
+    assert (p.collective_latency_s, p.weight_bandwidth_efficiency) == (30e-6, 0.6)
+    assert any("b300's fitted kernel efficiencies" in n for n in notes)
+    # a fitted GPU keeps its own values
+    p, notes = table.resolve("b300", None)
+    assert (p.collective_latency_s, p.weight_bandwidth_efficiency) == (40e-6, 0.9)
+    assert not any(n.startswith("GPU") for n in notes)
+    # a table without GPUs: the priors
+    p, notes = ParamTable().resolve("mi355x", None)
+    assert p.matmul_efficiency == PerfParams().matmul_efficiency and any("priors for" in n for n in notes)
 
 
 def test_small_fit_is_deterministic_and_lowers_the_loss(tmp_path: Path) -> None:
@@ -166,7 +213,8 @@ def test_skip_reasons_are_counted_by_their_kind_without_cutting_a_list_in_parent
 def test_a_refit_that_leaves_a_gpu_out_does_not_write_constants_for_it() -> None:
     # Leaving H100's rows out of a refit leaves nothing to fit its constants on: the table must not
     # name it (it used to, with its untouched starting values), so that a prediction for it falls
-    # back as for any GPU the table does not name, to H200's fitted values (same architecture)
+    # back as for any GPU the table does not name, to H200's fitted values (same architecture) for
+    # its die
     rows = [
         row(id="h100", silicon_ttft_ms="60", silicon_tpot_ms="7"),
         row(id="h200", system="h200_sxm", silicon_ttft_ms="55", silicon_tpot_ms="5.5"),
@@ -179,9 +227,12 @@ def test_a_refit_that_leaves_a_gpu_out_does_not_write_constants_for_it() -> None
     assert sorted(table.gpus) == ["b200", "h200"]
     assert sorted(table.backends) == ["sglang", "vllm"]
     h100, notes = table.resolve("h100", "vllm")
-    assert any("using h200's fitted values" in n for n in notes)
+    assert any("using h200's fitted kernel efficiencies" in n for n in notes)
     for k in GPU_FIELDS:
-        assert getattr(h100, k) == table.gpus["h200"][k]
+        # the die's constants from H200; weight bandwidth and collective latency the medians of
+        # two GPUs (H200 and B200), the mean of the two
+        both = (table.gpus["h200"][k] + table.gpus["b200"][k]) / 2
+        assert getattr(h100, k) == pytest.approx(both if k in PER_GPU_FIELDS else table.gpus["h200"][k]), k
     # and a refit without the SGLang row names no SGLang constants
     table, _ = fit_constants(data.without(np.array([i != "b200" for i in data.ids])), ParamTable(), sweeps=1)
     assert sorted(table.backends) == ["vllm"] and "b200" not in table.gpus

@@ -287,7 +287,7 @@ def test_predict_on_a_gpu_outside_the_calibration_file_takes_the_held_out_gpu_ba
     assert acc["held_out"] is True and acc["held_out_of"] == "gpu" and acc["scope"] == "vllm"
     assert acc["tpot_ratio_p90"] == shipped.held_out_gpu["vllm"].tpot_ratio_p90
     assert any("gb300 is not in the calibration file; its constants are b300's" in n for n in json.loads(out)["notes"])
-    # MI355X is of an architecture the file does not hold: the priors, and the architecture band
+    # MI355X is of an architecture the file does not hold: the fitted GPUs' medians, and the architecture band
     code, out, _ = cli(capsys, "predict", "--gpu", "mi355x", *point)
     acc = json.loads(out)["accuracy"]
     assert code == 0 and acc["held_out_of"] == "architecture"

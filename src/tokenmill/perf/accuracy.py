@@ -23,10 +23,11 @@ model not in that list takes the held-out band, the error to expect for a model 
 
 A GPU the calibration file does not hold is the same question for hardware, with two answers:
 ``predict`` gives a GPU of a calibrated architecture (GB300, a Blackwell Ultra like B300) that
-GPU's fitted constants, and one of a new architecture (MI355X) the priors. So the file can also
-hold the bands of each calibration GPU predicted as such a GPU would be, by constants refitted
-without it (``held_out_gpu_groups``: it borrows a calibrated GPU of its architecture) and without
-its whole architecture (``held_out_architecture_groups``: the priors), both written by
+GPU's fitted kernel efficiencies and the fitted GPUs' medians for the rest, and one of a new
+architecture (MI355X) the fitted GPUs' medians of each constant. So the file can also hold the
+bands of each calibration GPU predicted as such a GPU would be, by constants refitted without it
+(``held_out_gpu_groups``) and without its whole architecture (``held_out_architecture_groups``),
+both written by
 ``benchmarks/calibrate_lomo.py --hold-out gpu|architecture --accuracy``. A prediction for a GPU
 not among the scored ones takes the band of its case; where neither its GPU nor its model was
 scored, the wider of its GPU's and its model's held-out bands (neither was measured on rows new
@@ -187,7 +188,7 @@ class AccuracyTable:
     held_out: dict[str, ErrorBand] = field(default_factory=dict)
     #: ... each GPU by constants refitted without it (it borrows a GPU of its architecture)
     held_out_gpu: dict[str, ErrorBand] = field(default_factory=dict)
-    #: ... each GPU by constants refitted without its architecture (the priors)
+    #: ... each GPU by constants refitted without its architecture (the other GPUs' medians)
     held_out_architecture: dict[str, ErrorBand] = field(default_factory=dict)
 
     @property
@@ -377,11 +378,13 @@ def band_for(
                 narrower if table.held_out else "a model held out of the fit misses by more"
             )
         how = (
-            f"its constants are {borrowed}'s (same architecture), so the band is how far each calibration GPU's "
-            "rows landed when predicted by constants refitted without that GPU, from a GPU of its architecture"
+            f"its constants are {borrowed}'s (same architecture; weight bandwidth and collective latency the "
+            "fitted GPUs' medians), so the band is how far each calibration GPU's rows landed when predicted by "
+            "constants refitted without that GPU, from a GPU of its architecture"
             if held_out == "gpu"
-            else "its architecture is not either, so its constants are the priors, and the band is how far each "
-            "calibration GPU's rows landed when predicted by constants refitted without its whole architecture"
+            else "its architecture is not either, so its constants are the medians of the fitted GPUs', and the band "
+            "is how far each calibration GPU's rows landed when predicted by constants refitted without its whole "
+            "architecture"
         )
         return BandChoice(
             b,

@@ -37,7 +37,15 @@ from tokenmill.hardware import GPU, load_gpu
 from tokenmill.perf.calibrated import ParamTable, version_key
 from tokenmill.perf.measurements import RowSpec, Skip, interpret, model_for_row
 from tokenmill.perf.optimize import golden_section
-from tokenmill.perf.params import BOUNDS, ENGINE_FIELDS, GLOBAL_FIELDS, GPU_FIELDS, PerfParams
+from tokenmill.perf.params import (
+    ARCH_TIED,
+    BOUNDS,
+    ENGINE_FIELDS,
+    FAMILY_TIED,
+    GLOBAL_FIELDS,
+    GPU_FIELDS,
+    PerfParams,
+)
 from tokenmill.perf.recorded import Recorded
 from tokenmill.perf.replay import replay_aggregated, replay_disaggregated
 from tokenmill.perf.roofline import Features, combine, total_seconds
@@ -536,14 +544,6 @@ class FitReport:
     history: list[float]
 
 
-#: Kernel efficiencies shared by the GPUs of one generation (``_family``): the same SM, the same
-#: 16- and 8-bit tensor cores and the same GEMM, grouped-GEMM and attention kernels. H100 and H200
-#: (Hopper); B200, GB200 and B300 (Blackwell; Blackwell Ultra is the Blackwell SM with more FP4
-#: throughput and a faster exponent unit, and the same 16- and 8-bit peaks).
-FAMILY_TIED = ("matmul_efficiency", "moe_matmul_efficiency", "attention_efficiency")
-#: Shared by the GPUs of one architecture (same die): the 4-bit GEMM ratio, since Blackwell Ultra's
-#: FP4 peak is 1.5 × Blackwell's and how much of it the kernels reach is its own.
-ARCH_TIED = ("fp4_matmul_ratio",)
 #: Weight of the pull towards the priors, per row a constant is scored on: (log(value / prior))².
 PRIOR_WEIGHT = 0.02
 #: Two constants published GEMM benchmarks pin: large BF16 GEMMs reach 70–80 % of dense peak on

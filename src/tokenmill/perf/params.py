@@ -111,6 +111,19 @@ GPU_FIELDS: tuple[str, ...] = (
     "weight_bandwidth_efficiency",
     "collective_latency_s",
 )
+#: Of ``GPU_FIELDS``, the kernel efficiencies shared by the GPUs of one generation
+#: (``calibrate._family``): the same SM, the same 16- and 8-bit tensor cores and the same GEMM,
+#: grouped-GEMM and attention kernels. H100 and H200
+#: (Hopper); B200, GB200 and B300 (Blackwell; Blackwell Ultra is the Blackwell SM with more FP4
+#: throughput and a faster exponent unit, and the same 16- and 8-bit peaks).
+FAMILY_TIED = ("matmul_efficiency", "moe_matmul_efficiency", "attention_efficiency")
+#: Shared by the GPUs of one architecture (same die): the 4-bit GEMM ratio, since Blackwell Ultra's
+#: FP4 peak is 1.5 × Blackwell's and how much of it the kernels reach is its own.
+ARCH_TIED = ("fp4_matmul_ratio",)
+#: Of ``GPU_FIELDS``, those fitted for each GPU alone: how much of its own memory system and
+#: interconnect the engines reach (H100's HBM3 and H200's HBM3e, B200's NVLink 8-GPU board and
+#: GB200's 72-GPU rack differ though their dies do not).
+PER_GPU_FIELDS: tuple[str, ...] = tuple(f for f in GPU_FIELDS if f not in FAMILY_TIED + ARCH_TIED)
 ENGINE_FIELDS: tuple[str, ...] = ("overhead_scale", "compute_scale", "request_latency_s", "burst_share")
 GLOBAL_FIELDS: tuple[str, ...] = (
     "fp8_matmul_ratio",

@@ -6,8 +6,11 @@ engine version, ``vllm@0.19.0``, where the measurements hold enough rows of it: 
 their host overheads and kernels from release to release). ``tokenmill calibrate fit`` rewrites
 it; the command that produced it is stored in the file.
 
-Fallbacks, always reported in the notes: a GPU without fitted values takes those of the fitted
-GPU of the same architecture (GB300 → B300), else the priors of ``PerfParams``; an engine without
+Fallbacks, always reported in the notes: a GPU without fitted values takes the kernel
+efficiencies of the fitted GPU of the same architecture (GB300 → B300) and, for the constants
+fitted per GPU alone (``PER_GPU_FIELDS``: its memory and links), the median of the fitted GPUs'
+values; a GPU of an architecture no fitted GPU shares (MI355X) takes those medians for every
+per-GPU constant; a table without GPUs, the priors of ``PerfParams``; an engine without
 fitted constants takes the priors; a version without fitted constants takes its engine's.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from importlib import resources
@@ -23,7 +27,7 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import load_gpu
-from tokenmill.perf.params import ENGINE_FIELDS, GLOBAL_FIELDS, GPU_FIELDS, PerfParams
+from tokenmill.perf.params import ENGINE_FIELDS, GLOBAL_FIELDS, GPU_FIELDS, PER_GPU_FIELDS, PerfParams
 
 PARAMS_FILE = "params.json"
 _KNOWN = {f.name for f in fields(PerfParams)}
@@ -127,12 +131,24 @@ class ParamTable:
         source: str | None = gpu
         if gpu not in self.gpus:
             source = same_architecture(gpu, self.gpus)
-            if source is None:
-                notes.append(f"GPU {gpu}: not calibrated; priors for {', '.join(GPU_FIELDS)}")
+            if source is not None:
+                notes.append(
+                    f"GPU {gpu}: not calibrated; using {source}'s fitted kernel efficiencies (same architecture) "
+                    f"and the median of the fitted GPUs' {' and '.join(PER_GPU_FIELDS)}"
+                )
+            elif self.gpus:
+                medians, note = self._across_gpus(gpu)
+                values.update(medians)
+                notes.append(note)
             else:
-                notes.append(f"GPU {gpu}: not calibrated; using {source}'s fitted values (same architecture)")
+                notes.append(f"GPU {gpu}: not calibrated; priors for {', '.join(GPU_FIELDS)}")
         if source is not None:
             values.update(self.gpus[source])
+            if source != gpu:
+                # the die's constants are the sibling's; its memory's and links' are no more the
+                # sibling's than any other GPU's (docs/perf.md §5, "Leave one GPU out")
+                medians, _ = self._across_gpus(gpu)
+                values.update({k: medians[k] for k in PER_GPU_FIELDS if k in medians})
         if backend is not None:
             if backend in self.backends:
                 values.update(self.backends[backend])
@@ -147,6 +163,39 @@ class ParamTable:
         else:
             notes.append(f"no engine given: multipliers {', '.join(ENGINE_FIELDS)} = 1 (prior)")
         return PerfParams(**values), notes
+
+    def _across_gpus(self, gpu: str) -> tuple[dict[str, float], str]:
+        """The per-GPU constants of a GPU of an architecture no fitted GPU shares: each the median
+        of the fitted GPUs' values, and the note saying so.
+
+        Why not the priors: every fitted GPU lands on the same side of them (weights streamed at
+        59–74 % of HBM bandwidth against the prior's 75 %, collectives at 19–37 µs against 8 µs,
+        grouped expert GEMMs at 0.19–0.28 against 0.45), so the fits say more about a new GPU's
+        software stack than the priors do (docs/perf.md §5, "Leave one GPU out"). The 4-bit ratio
+        is taken over the fitted GPUs with a 4-bit peak only (the others never use it)."""
+        names = sorted(self.gpus)
+        fp4 = [n for n in names if _has_fp4(n)]
+        medians: dict[str, float] = {}
+        for name in GPU_FIELDS:
+            over = fp4 if name == "fp4_matmul_ratio" else names
+            vals = sorted(self.gpus[n][name] for n in over if name in self.gpus[n])
+            if vals:
+                medians[name] = statistics.median(vals)
+        missing = [f for f in GPU_FIELDS if f not in medians]
+        note = (
+            f"GPU {gpu}: not calibrated, nor any GPU of its architecture; each per-GPU constant is the "
+            f"median of the fitted GPUs' ({', '.join(names)})"
+        )
+        if missing:
+            note += f"; priors for {', '.join(missing)}"
+        return medians, note
+
+
+def _has_fp4(gpu: str) -> bool:
+    try:
+        return "fp4" in load_gpu(gpu).dense_flops
+    except TokenmillError:
+        return False
 
 
 def version_key(backend: str, version: str) -> str:
