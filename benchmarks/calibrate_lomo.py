@@ -36,9 +36,11 @@ it shows for a GPU the file does not hold, of a calibrated architecture or of a 
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -83,7 +85,12 @@ def main() -> None:
     ap.add_argument(
         "--hold-out", choices=("model", "gpu", "architecture"), default="model", help="what each refit leaves out"
     )
+    ap.add_argument("--only", action="append", default=[], help="hold out only this group (repeatable)")
+    ap.add_argument("--tables-out", default=None, help="directory to write each refit's constants to (GROUP.json)")
+    ap.add_argument("--predictions-out", default=None, help="CSV of every held-out row's predictions")
     args = ap.parse_args()
+    if args.only and args.accuracy:
+        raise SystemExit("--only: the error bands need every group held out; drop --accuracy")
     t0 = time.perf_counter()
     accuracy = None
     if args.accuracy:
@@ -102,7 +109,14 @@ def main() -> None:
     row_fam = np.array([fam[i] for i in data.ids])
     results = []
     held_out = []  # every model's rows predicted without it
-    for f in sorted(set(row_fam)):
+    every_out = []  # the same, and B300's rows in --hold-out gpu
+    groups = sorted(set(row_fam))
+    unknown = sorted(set(args.only) - set(groups))
+    if unknown:
+        raise SystemExit(f"--only: unknown group {', '.join(unknown)} (known: {', '.join(groups)})")
+    for f in groups:
+        if args.only and f not in args.only:
+            continue
         held = row_fam == f
         rest = ~held
         # stratified deterministic subsample of the rest
@@ -111,6 +125,9 @@ def main() -> None:
         keep = np.zeros(len(held), dtype=bool)
         keep[order[: args.max_rows]] = True
         table, _ = fit_constants(data.without(keep), ParamTable(), sweeps=args.sweeps)
+        if args.tables_out:
+            Path(args.tables_out).mkdir(parents=True, exist_ok=True)
+            table.write(Path(args.tables_out) / f"{f.replace('/', '_')}.json")
         ids = set(np.asarray(data.ids)[held])
         held_rows = [r for r in full if r["id"] in ids]
         out = predict_rows(held_rows, args.models_dir, table, jobs=args.jobs)
@@ -122,6 +139,7 @@ def main() -> None:
         # medians: that is the architecture's case, not the one the GPU bands describe
         if args.hold_out != "gpu" or ACROSS_GPUS not in source:
             held_out += out
+        every_out += out
         ins = [p for p in preds if p.id in ids and p.predicted]
         res = {
             "held_out": f,
@@ -136,6 +154,12 @@ def main() -> None:
         res["tpot_ratio"] = res["tpot_out"] / res["tpot_in"]
         results.append(res)
         print(json.dumps(res), flush=True)
+    if args.predictions_out:
+        with open(args.predictions_out, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "held_out_ttft_ms", "held_out_tpot_ms"])
+            for p in every_out:
+                w.writerow([p.id, p.ttft_ms if p.predicted else "", p.tpot_ms if p.predicted else ""])
     if accuracy is not None:
         bands = measure(scored_rows(held_out))
         command = f"benchmarks/calibrate_lomo.py --max-rows {args.max_rows} --sweeps {args.sweeps}"
