@@ -549,7 +549,7 @@ PRIOR_WEIGHT = 0.02
 #: Two constants published GEMM benchmarks pin: large BF16 GEMMs reach 70–80 % of dense peak on
 #: H100 and B200, 8-bit ones about 0.9 × that fraction of their own peak. The fit pulls them
 #: towards these values (not ``PerfParams``' defaults, the uncalibrated roofline that ``simulate``
-#: without ``--backend`` and GPUs without fitted values use) with ten times the weight: the file has
+#: without ``--backend`` uses) with ten times the weight: the file has
 #: few dense models, and without the one dense 70B model a refit let Blackwell's dense GEMMs fall to
 #: 0.42 of peak and the 8-bit ratio to 0.71, absorbing what the MoE rows miss elsewhere, and that
 #: model's held-out TTFT error doubled (docs/perf.md §3, §5).

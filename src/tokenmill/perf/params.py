@@ -10,8 +10,10 @@ and 0.9: ``calibrate.BENCHMARK_PRIORS``), which the fitted GPUs reach anyway.
 
 Calibrated values, fitted on measured serving results per GPU kind and per engine, ship in
 ``tokenmill/perf/calibrated/params.json`` (``tokenmill calibrate fit`` rewrites it) and are read
-with :func:`tokenmill.perf.calibrated.params_for`; where a GPU or engine has no fitted value the
-prior below is used and the caller is told so.
+with :func:`tokenmill.perf.calibrated.params_for`; where a GPU has no fitted value it takes a
+fitted sibling's kernel efficiencies and the fitted GPUs' medians for the rest
+(``ParamTable.resolve``), where an engine has none the prior below is used, and the caller is told
+so.
 
 Groups of fields:
 
