@@ -134,7 +134,7 @@ def main() -> None:
         source = "fitted"
         if args.hold_out != "model":
             sources = {same_architecture(load_gpu(r["system"]).name, table.gpus) for r in held_rows}
-            source = ", ".join(sorted(f"{g}'s" if g else ACROSS_GPUS for g in sources))
+            source = ", ".join(sorted(f"{g}'s kernels, medians" if g else ACROSS_GPUS for g in sources))
         # a GPU held out with no other GPU of its architecture is predicted from the other GPUs'
         # medians: that is the architecture's case, not the one the GPU bands describe
         if args.hold_out != "gpu" or ACROSS_GPUS not in source:

@@ -137,9 +137,14 @@ class ParamTable:
                     f"and the median of the fitted GPUs' {' and '.join(PER_GPU_FIELDS)}"
                 )
             elif self.gpus:
-                medians, note = self._across_gpus(gpu)
+                medians = self._medians(GPU_FIELDS)
                 values.update(medians)
-                notes.append(note)
+                note = (
+                    f"GPU {gpu}: not calibrated, nor any GPU of its architecture; each per-GPU constant is the "
+                    f"median of the fitted GPUs' ({', '.join(sorted(self.gpus))})"
+                )
+                missing = [f for f in GPU_FIELDS if f not in medians]
+                notes.append(note + (f"; priors for {', '.join(missing)}" if missing else ""))
             else:
                 notes.append(f"GPU {gpu}: not calibrated; priors for {', '.join(GPU_FIELDS)}")
         if source is not None:
@@ -147,8 +152,7 @@ class ParamTable:
             if source != gpu:
                 # the die's constants are the sibling's; its memory's and links' are no more the
                 # sibling's than any other GPU's (docs/perf.md §5, "Leave one GPU out")
-                medians, _ = self._across_gpus(gpu)
-                values.update({k: medians[k] for k in PER_GPU_FIELDS if k in medians})
+                values.update(self._medians(PER_GPU_FIELDS))
         if backend is not None:
             if backend in self.backends:
                 values.update(self.backends[backend])
@@ -164,31 +168,22 @@ class ParamTable:
             notes.append(f"no engine given: multipliers {', '.join(ENGINE_FIELDS)} = 1 (prior)")
         return PerfParams(**values), notes
 
-    def _across_gpus(self, gpu: str) -> tuple[dict[str, float], str]:
-        """The per-GPU constants of a GPU of an architecture no fitted GPU shares: each the median
-        of the fitted GPUs' values, and the note saying so.
+    def _medians(self, keys: Iterable[str]) -> dict[str, float]:
+        """Each of ``keys`` (per-GPU constants) as the median of the fitted GPUs' values: what a GPU
+        the table does not name takes where no sibling's value applies.
 
         Why not the priors: every fitted GPU lands on the same side of them (weights streamed at
         59–74 % of HBM bandwidth against the prior's 75 %, collectives at 19–37 µs against 8 µs,
         grouped expert GEMMs at 0.19–0.28 against 0.45), so the fits say more about a new GPU's
         software stack than the priors do (docs/perf.md §5, "Leave one GPU out"). The 4-bit ratio
         is taken over the fitted GPUs with a 4-bit peak only (the others never use it)."""
-        names = sorted(self.gpus)
-        fp4 = [n for n in names if _has_fp4(n)]
         medians: dict[str, float] = {}
-        for name in GPU_FIELDS:
-            over = fp4 if name == "fp4_matmul_ratio" else names
-            vals = sorted(self.gpus[n][name] for n in over if name in self.gpus[n])
+        for key in keys:
+            over = [n for n in self.gpus if _has_fp4(n)] if key == "fp4_matmul_ratio" else list(self.gpus)
+            vals = [self.gpus[n][key] for n in over if key in self.gpus[n]]
             if vals:
-                medians[name] = statistics.median(vals)
-        missing = [f for f in GPU_FIELDS if f not in medians]
-        note = (
-            f"GPU {gpu}: not calibrated, nor any GPU of its architecture; each per-GPU constant is the "
-            f"median of the fitted GPUs' ({', '.join(names)})"
-        )
-        if missing:
-            note += f"; priors for {', '.join(missing)}"
-        return medians, note
+                medians[key] = statistics.median(vals)
+        return medians
 
 
 def _has_fp4(gpu: str) -> bool:
