@@ -39,6 +39,10 @@ POINTS = [  # (label, predict's arguments)
     # ~4 of them and the replay runs a step per chunk and per decode event of 128 requests
     ("K3 8×B300 TP8, 118,000/512, C=4", K3.replace("--isl 8400", "--isl 118000") + " --concurrency 4"),
     ("K3 8×B300 TP8, 118,000/512, C=64", K3.replace("--isl 8400", "--isl 118000") + " --concurrency 64"),
+    (  # long prompts at hundreds of lanes: the pool holds ~4, so 1,024 prompts of 8 chunks queue
+        "K3 8×B300 TP8, 131,072/1,024, C=512",
+        K3.replace("--isl 8400 --osl 512", "--isl 131072 --osl 1024") + " --concurrency 512",
+    ),
     (
         "DeepSeek-R1 8×H200 TP8, 8k/1k, C=256",
         "--model deepseek-r1 --gpu h200 --gpus 8 --tp 8 --isl 8192 --osl 1024 --concurrency 256",

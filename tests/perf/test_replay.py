@@ -11,6 +11,7 @@ import pytest
 
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import CostModel, PerfParams, replay
+from tokenmill.perf.batch import BatchShape
 from tokenmill.perf.forked import Forked, can_fork
 from tokenmill.perf.replay import (
     PARALLEL_LANES,
@@ -165,6 +166,41 @@ def test_decode_cohort_is_exact_under_retraction_and_for_hybrid_and_windowed_mod
     kimi_linear = plan_memory(load_model("kimi-linear-48b-a3b"), load_gpu("h200"), 1, Layout(tp=1))
     _same_replay(kimi_linear, "sglang", 3000, 200, 24)
     _same_replay(plan_memory(load_model("gpt-oss-120b"), H100, 1, Layout(tp=1)), "vllm", 1000, 200, 24)
+
+
+class _Forgetful(dict):  # type: ignore[type-arg]
+    """A memo that never remembers: every prefill step costed afresh."""
+
+    def get(self, key: object, default: object = None) -> object:
+        return default
+
+
+def test_prefill_steps_are_costed_once_per_distinct_set_of_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # SGLang runs prompt chunks in steps of their own; three waves of 8 lanes with 3,000-token
+    # prompts repeat the same chunks, so most of those steps are looked up, with the same figures
+    calls = {"n": 0}
+    features = CostModel.features
+
+    def counted(self: CostModel, shape: BatchShape) -> Features:
+        calls["n"] += not shape.decode and shape.decode_sum is None
+        return features(self, shape)
+
+    monkeypatch.setattr(CostModel, "features", counted)
+    memo = replay_aggregated(PLAN, "sglang", 3000, 100, 8, PARAMS, record=True)
+    with_memo = calls["n"]
+    init = replay._StrideExecutor.__init__
+
+    def forgetful(self: replay._StrideExecutor, *args: object) -> None:
+        init(self, *args)  # type: ignore[arg-type]
+        self._prefill_steps = _Forgetful()
+
+    monkeypatch.setattr(replay._StrideExecutor, "__init__", forgetful)
+    calls["n"] = 0
+    fresh = replay_aggregated(PLAN, "sglang", 3000, 100, 8, PARAMS, record=True)
+    assert 0 < with_memo < calls["n"] / 2, (with_memo, calls["n"])
+    assert (memo.ttft_s, memo.tpot_s, memo.e2e_s) == (fresh.ttft_s, fresh.tpot_s, fresh.e2e_s)
+    assert memo.recorded is not None and fresh.recorded is not None
+    assert np.array_equal(memo.recorded.features, fresh.recorded.features)
 
 
 def _peak_running(reqs: list) -> int:
