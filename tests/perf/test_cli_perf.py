@@ -344,6 +344,9 @@ def test_predict_table_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None
     )
     assert code == 0 and "tpot_ms" in out and "one decode step" in out
     assert "in steps shared with other requests' prompts" in " ".join(out.split())
+    one = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--concurrency", "1")
+    code, out, _ = cli(capsys, *one)
+    assert code == 0 and "one decode step: 1 request at" in out
     code, _, err = cli(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--backend", "tgi")
     assert code == 2 and "--backend" in err
     code, _, err = cli(

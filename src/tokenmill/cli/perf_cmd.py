@@ -330,7 +330,8 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
             "(what a disaggregated decode worker does not pay)"
         )
     step = out["decode_step"]
-    d = Table(title=f"one decode step: {step['batch']} requests at {step['context']:,} tokens", show_edge=False)
+    noun = "request" if step["batch"] == 1 else "requests"
+    d = Table(title=f"one decode step: {step['batch']} {noun} at {step['context']:,} tokens", show_edge=False)
     d.add_column("component")
     d.add_column("ms", justify="right")
     for k, v in step["breakdown_ms"].items():
