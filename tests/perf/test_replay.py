@@ -201,6 +201,21 @@ def test_prefill_steps_are_costed_once_per_distinct_set_of_chunks(monkeypatch: p
     assert (memo.ttft_s, memo.tpot_s, memo.e2e_s) == (fresh.ttft_s, fresh.tpot_s, fresh.e2e_s)
     assert memo.recorded is not None and fresh.recorded is not None
     assert np.array_equal(memo.recorded.features, fresh.recorded.features)
+    # a replay keeps at most PREFILL_STEPS_KEPT of them, and its figures do not depend on it
+    monkeypatch.setattr(replay._StrideExecutor, "__init__", init)
+    monkeypatch.setattr(replay, "PREFILL_STEPS_KEPT", 1)
+    kept: list[int] = []
+    run = replay._StrideExecutor.execute
+
+    def watched(self: replay._StrideExecutor, batch: object) -> object:
+        out = run(self, batch)  # type: ignore[arg-type]
+        kept.append(len(self._prefill_steps))
+        return out
+
+    monkeypatch.setattr(replay._StrideExecutor, "execute", watched)
+    capped = replay_aggregated(PLAN, "sglang", 3000, 100, 8, PARAMS)
+    assert max(kept) == 1
+    assert (capped.ttft_s, capped.tpot_s, capped.e2e_s) == (fresh.ttft_s, fresh.tpot_s, fresh.e2e_s)
 
 
 def _peak_running(reqs: list) -> int:

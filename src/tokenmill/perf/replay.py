@@ -113,6 +113,7 @@ if TYPE_CHECKING:
     from tokenmill.perf.recorded import Recorded
 
 DECODE_EVENTS = 48  # macro steps per request's decode (stride = OSL / this)
+PREFILL_STEPS_KEPT = 4096  # distinct prompt-only steps whose cost a replay keeps (~2 KB each)
 WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
 LARGE_WORKER = 32  # lanes per worker from which one measured wave after the first is enough
 #: Lanes a replay runs at most: 4 × the largest concurrency of the calibration file. A replay's
@@ -264,7 +265,7 @@ class _StrideExecutor:
         if known is None:
             f = self.cost.features(BatchShape(prefill=chunks, decode=tuple(decode), decode_sum=summed))
             seconds = _seconds(f, self.params)
-            if not decode and summed is None:
+            if not decode and summed is None and len(self._prefill_steps) < PREFILL_STEPS_KEPT:
                 self._prefill_steps[chunks] = (f, seconds)
         else:
             f, seconds = known
