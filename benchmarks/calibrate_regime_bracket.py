@@ -18,7 +18,10 @@ by the share of their predicted TTFT spent queued before admission
 (front end and prefill), not the benchmark's dynamics. The third asks of those rows (under 10 %
 queued) whether that cost is one fixed latency, or one factor, per model (and GPU): each
 group's best offset (the median of measured − predicted) or factor (the median of measured ÷
-predicted) applied, what median error is left.
+predicted) applied, what median error is left. The fourth gives the best the share itself can do:
+one share per engine, per engine and model, or per engine, model and GPU, each chosen (on a grid
+of 0.05) to minimise its group's median TTFT error on the group's own rows, an in-sample bound on
+what any rule for the share could reach.
 """
 
 from __future__ import annotations
@@ -89,6 +92,36 @@ def _fixed_cost(pts: list[tuple[str, str, float, float]]) -> dict[str, Any]:
     }
 
 
+#: Shares the fourth table tries for each group.
+SHARE_GRID = tuple(i / 20 for i in range(21))
+#: Its groupings of the rows (engine, model, GPU, measured, lock step, drifted).
+SHARE_GROUPS = (
+    ("engine", lambda p: p[0]),
+    ("engine and model", lambda p: (p[0], p[1])),
+    ("engine, model and GPU", lambda p: (p[0], p[1], p[2])),
+)
+
+
+def _best_shares(
+    pts: list[tuple[str, str, str, float, float, float]],
+) -> dict[str, tuple[int, float, dict[Any, tuple[int, float]]]]:
+    """Per grouping: (groups, median TTFT error over all rows with each group's best share, and
+    each group's rows and best share)."""
+
+    def err(p: tuple[str, str, str, float, float, float], s: float) -> float:
+        return _ape(s * p[4] + (1.0 - s) * p[5], p[3])
+
+    out = {}
+    for name, key in SHARE_GROUPS:
+        groups: dict[Any, list[tuple[str, str, str, float, float, float]]] = defaultdict(list)
+        for p in pts:
+            groups[key(p)].append(p)
+        best = {k: min(SHARE_GRID, key=lambda s: statistics.median(err(p, s) for p in v)) for k, v in groups.items()}
+        each = {k: (len(groups[k]), best[k]) for k in sorted(groups)}
+        out[name] = (len(groups), statistics.median(err(p, best[key(p)]) for p in pts), each)
+    return out
+
+
 def _band(queued_share: float) -> str:
     return next(name for top, name in QUEUED_BANDS if queued_share < top)
 
@@ -123,10 +156,13 @@ def main() -> None:
     by_engine: dict[str, list[tuple[float, float, float, float, float]]] = defaultdict(list)
     # where little queues: (model, GPU, measured, predicted) by engine
     little: dict[str, list[tuple[str, str, float, float]]] = defaultdict(list)
+    # (engine, model, GPU, measured, lock step, drifted) of every row
+    regimes: list[tuple[str, str, str, float, float, float]] = []
     for r in rows:
         if r["id"] in preds and r.get("silicon_ttft_ms"):
             t, q, lk, dr = preds[r["id"]]
             by_engine[r["backend"]].append((float(r["silicon_ttft_ms"]), t, q, lk, dr))
+            regimes.append((r["backend"], r["model_path"], r["system"], float(r["silicon_ttft_ms"]), lk, dr))
             if q / t < QUEUED_BANDS[0][0]:
                 little[r["backend"]].append((r["model_path"], r["system"], float(r["silicon_ttft_ms"]), t))
     by_engine["all"] = [x for k in sorted(by_engine) for x in by_engine[k]]
@@ -159,8 +195,18 @@ def main() -> None:
             if bands[name]
         }
     fixed = {engine: _fixed_cost(pts) for engine, pts in sorted(little.items())}
+    shares = _best_shares(regimes)
     if args.json:
-        print(json.dumps({"bracket": table, "by_queued_share": queued, "little_queued_fixed_cost": fixed}, indent=2))
+        best = {
+            name: {
+                "groups": n,
+                "ttft_median_ape": e,
+                "shares": {" | ".join([k] if isinstance(k, str) else k): b for k, (_, b) in each.items()},
+            }
+            for name, (n, e, each) in shares.items()
+        }
+        out = {"bracket": table, "by_queued_share": queued, "little_queued_fixed_cost": fixed, "best_share_per": best}
+        print(json.dumps(out, indent=2))
         return
     print("| engine | rows | above both | measured ÷ the higher | below both | measured ÷ the lower | between |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -194,6 +240,16 @@ def main() -> None:
             f"| {engine} | {f['rows']:,} | {100 * f['as_predicted']:.1f} % | {100 * f['offset_per_model']:.1f} % | "
             f"{100 * f['offset_per_model_gpu']:.1f} % | {100 * f['factor_per_model_gpu']:.1f} % |"
         )
+    print()
+    print("| one burst share per (each group's best, in sample) | groups | TTFT median error |")
+    print("|---|---:|---:|")
+    for name, (n, e, _) in shares.items():
+        print(f"| {name} | {n} | {100 * e:.1f} % |")
+    print()
+    print("| engine | model | rows | best share |")
+    print("|---|---|---:|---:|")
+    for (engine, model), (n, b) in shares["engine and model"][2].items():
+        print(f"| {engine} | {model} | {n:,} | {b:.2f} |")
 
 
 if __name__ == "__main__":
