@@ -17,7 +17,11 @@ the lanes stay in lock step, so each point is replayed twice:
   pulled a long benchmark apart.
 
 In each replay the first wave (a burst from idle) counts 1/10 and the next two waves (one when a
-worker holds ≥ 32 lanes) 9/10, as in a 10-wave run: mean TTFT, mean TPOT = (finish − first
+worker holds ≥ 32 lanes) 9/10, as in a 10-wave run. The lanes send one wave more, unmeasured,
+and the replay ends when the last measured request finishes: a measured request decodes beside
+full lanes to its end, as in a benchmark's middle waves (with no wave after them, the desynchronised
+replay's measured requests spent about half their decode in a batch draining towards zero, which
+no middle wave of a 10-wave run does): mean TTFT, mean TPOT = (finish − first
 token)/(OSL − 1) per request, as bench_serving computes them. The prediction is
 ``burst_share`` × synchronised + (1 − ``burst_share``) × desynchronised, ``burst_share`` being a
 fitted constant of the engine (PerfParams).
@@ -384,6 +388,11 @@ def _closed_loop(
     first_wave = lanes
     measured = lanes if lanes >= LARGE_WORKER else 2 * lanes
     total = first_wave + measured
+    # the lanes keep sending one wave past the measured ones, and the replay stops when the last
+    # measured request finishes: the measured requests decode in a full batch to their end, as
+    # in the benchmark's middle waves, not in the draining batch of its last one
+    keep_full = total + lanes
+    left = total
     reqs: list[_Req] = []
     pending: list[tuple[float, int]] = [(0.0, i) for i in range(lanes)]
     heapq.heapify(pending)
@@ -414,12 +423,17 @@ def _closed_loop(
             continue
         now = out.end_s
         for req in out.finished:
-            if sent + len(pending) < total:
+            if by_rid[req.rid] < total:
+                left -= 1
+            if sent + len(pending) < keep_full:
                 i = by_rid[req.rid]
                 wait = think_s
                 if stagger and i < lanes and new_tokens == 1:
                     wait = think_s * (i + 1) / lanes
                 heapq.heappush(pending, (now + wait, sent + len(pending)))
+        if left <= 0:
+            break
+    reqs = reqs[:total]  # the extra wave is not measured
     unfinished = sum(1 for r in reqs if r.req.finish_s is None)
     if unfinished:
         notes.append(f"{unfinished} requests did not finish")
