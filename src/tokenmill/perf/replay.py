@@ -265,11 +265,12 @@ class _StrideExecutor:
             else:
                 decode += [DecodeWork(c + mid, 1) for c in cohort.contexts()]
         chunks = tuple(PrefillWork(p.length, p.start, p.last) for p in batch.prefill)
-        known = None if decode or summed is not None else self._prefill_steps.get(chunks)
+        prompts_only = not decode and summed is None
+        known = self._prefill_steps.get(chunks) if prompts_only else None
         if known is None:
             f = self.cost.features(BatchShape(prefill=chunks, decode=tuple(decode), decode_sum=summed))
             seconds = _seconds(f, self.params)
-            if not decode and summed is None and len(self._prefill_steps) < PREFILL_STEPS_KEPT:
+            if prompts_only and len(self._prefill_steps) < PREFILL_STEPS_KEPT:
                 self._prefill_steps[chunks] = (f, seconds)
         else:
             f, seconds = known
@@ -423,10 +424,10 @@ def _closed_loop(
             continue
         now = out.end_s
         for req in out.finished:
-            if by_rid[req.rid] < total:
+            i = by_rid[req.rid]
+            if i < total:
                 left -= 1
             if sent + len(pending) < keep_full:
-                i = by_rid[req.rid]
                 wait = think_s
                 if stagger and i < lanes and new_tokens == 1:
                     wait = think_s * (i + 1) / lanes
