@@ -179,7 +179,10 @@ def test_recorded_steps_reweighted_equal_a_replay_with_other_constants() -> None
     other = ParamTable(
         global_={"step_overhead_s": 4e-3, "decode_layer_overhead_s": 30e-6},
         gpus={"h100": {"weight_bandwidth_efficiency": 0.5, "matmul_efficiency": 0.3}},
-        backends={"vllm": {"burst_share": 0.9, "request_latency_s": 0.05}, "sglang": {"overhead_scale": 3.0}},
+        backends={
+            "vllm": {"burst_share": 0.9, "request_latency_s": 0.05, "first_token_steps": 0.5},
+            "sglang": {"overhead_scale": 3.0, "first_token_steps": 4.0},
+        },
     )
     ttft, tpot = predict_recorded(data, other, np.ones(len(data.ids), dtype=bool))
     replayed = {p.id: p for p in predict_rows(rows, MODELS, other)}

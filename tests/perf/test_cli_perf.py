@@ -242,7 +242,8 @@ def test_predict_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert split["decode_step"] == pytest.approx(d["decode_step"]["ms"], rel=1e-4)  # one token per step
     # where the first token's time goes: the front end is the engine's fitted request latency
     parts = d["ttft_split_ms"]
-    assert list(parts) == ["front_end", "queued", "prefill"]
+    assert list(parts) == ["front_end", "step_lag", "queued", "prefill"]
+    assert parts["step_lag"] == pytest.approx(d["params"]["first_token_steps"] * d["tpot_ms"], abs=2e-3)
     assert sum(parts.values()) == pytest.approx(d["ttft_ms"], abs=2e-3)
     assert parts["front_end"] == pytest.approx(d["params"]["request_latency_s"] * 1e3, abs=1e-3)
     share = d["burst_share"]
@@ -741,10 +742,15 @@ def test_compared_layouts_are_each_predicted_as_alone(capsys: pytest.CaptureFixt
             assert code == 0
             single = json.loads(one)
             assert (p["ttft_ms"], p["tpot_ms"], p["layout"]) == (single["ttft_ms"], single["tpot_ms"], single["layout"])
-    # the drafter speeds one request's stream; the first token is the same prefill in all three
+    # the drafter speeds one request's stream; the first token is the same prefill in all three,
+    # each then a step lag later (first_token_steps engine steps: the drafter's verify step is the
+    # longest)
     one = [x["points"][0] for x in layouts]
     assert one[2]["tpot_ms"] < one[0]["tpot_ms"] < one[1]["tpot_ms"]
-    assert one[0]["ttft_ms"] == one[1]["ttft_ms"] == one[2]["ttft_ms"]
+    engine = [p["ttft_ms"] - p["ttft_split_ms"]["step_lag"] for p in one]
+    assert engine[0] == pytest.approx(engine[1], abs=2e-3) and engine[0] == pytest.approx(engine[2], abs=2e-3)
+    steps = [p["ttft_split_ms"]["step_lag"] / (p["tpot_ms"] * p["accept_length"]) for p in one]
+    assert steps == pytest.approx([one[0]["params"]["first_token_steps"]] * 3, rel=1e-3)
 
 
 @pytest.mark.parametrize(

@@ -61,14 +61,19 @@ def test_recorded_weights_reproduce_the_means(backend: str) -> None:
     rec = res.recorded
     assert rec is not None
     t = total_seconds(combine(Features(*rec.features.T), PARAMS, np.maximum)) * rec.mix(PARAMS.burst_share)
-    assert float(rec.ttft_w @ t) == pytest.approx(res.ttft_s, rel=1e-9)
-    assert float(rec.tpot_w @ t) == pytest.approx(res.tpot_s, rel=1e-9)
+    tpot = float(rec.tpot_w @ t)
+    assert tpot == pytest.approx(res.tpot_s, rel=1e-9)
+    # the step lag comes on top of the weighed steps: first_token_steps × the TPOT
+    assert float(rec.ttft_w @ t) + PARAMS.first_token_steps * tpot == pytest.approx(res.ttft_s, rel=1e-9)
     # and they still predict the replay when the constants change (the step sequence is fixed)
-    other = PARAMS.updated(matmul_efficiency=0.3, step_overhead_s=4e-3, request_latency_s=0.05, burst_share=0.2)
+    other = PARAMS.updated(
+        matmul_efficiency=0.3, step_overhead_s=4e-3, request_latency_s=0.05, burst_share=0.2, first_token_steps=3.5
+    )
     again = replay_aggregated(PLAN, backend, 1500, 300, 8, other)
     t2 = total_seconds(combine(Features(*rec.features.T), other, np.maximum)) * rec.mix(other.burst_share)
-    assert float(rec.ttft_w @ t2) == pytest.approx(again.ttft_s, rel=1e-6)
-    assert float(rec.tpot_w @ t2) == pytest.approx(again.tpot_s, rel=1e-6)
+    tpot2 = float(rec.tpot_w @ t2)
+    assert tpot2 == pytest.approx(again.tpot_s, rel=1e-6)
+    assert float(rec.ttft_w @ t2) + 3.5 * tpot2 == pytest.approx(again.ttft_s, rel=1e-6)
 
 
 def test_more_concurrency_means_longer_waits_and_more_throughput() -> None:
@@ -304,8 +309,8 @@ def _prefill_alone_s(isl: int, params: PerfParams) -> float:
 
 def test_one_lane_never_queues_and_its_first_token_is_one_prefill_step() -> None:
     """At one lane every request reaches an idle engine: TTFT = the front end + one prefill step
-    of the prompt, nothing queued, and both regimes agree."""
-    params = PerfParams(request_latency_s=0.03)
+    of the prompt, nothing queued, and both regimes agree (no step lag here: the next test)."""
+    params = PerfParams(request_latency_s=0.03, first_token_steps=0.0)
     res = replay_aggregated(PLAN, "sglang", 2000, 64, 1, params)
     prefill = _prefill_alone_s(2000, params)
     assert res.ttft_split["queued"] == 0.0
@@ -315,12 +320,30 @@ def test_one_lane_never_queues_and_its_first_token_is_one_prefill_step() -> None
     assert res.ttft_regimes["lock_step"] == pytest.approx(res.ttft_regimes["drifted"], rel=1e-9)
 
 
+@pytest.mark.parametrize("backend", ["sglang", "vllm", "trtllm"])
+def test_the_step_lag_adds_first_token_steps_times_the_tpot_to_the_first_token_only(backend: str) -> None:
+    """``first_token_steps`` = k puts every first token k mean steps (TPOT) later at the client and
+    changes nothing inside the engine: the TPOT and the split's other parts are those of k = 0, its
+    ``step_lag`` part is k × TPOT, and the end-to-end latency grows by the same."""
+    none = replay_aggregated(PLAN, backend, 3000, 200, 24, PerfParams(first_token_steps=0.0))
+    lag = replay_aggregated(PLAN, backend, 3000, 200, 24, PerfParams(first_token_steps=2.5))
+    assert lag.tpot_s == none.tpot_s
+    assert lag.ttft_split["step_lag"] == pytest.approx(2.5 * none.tpot_s, rel=1e-12)
+    assert none.ttft_split["step_lag"] == 0.0
+    assert lag.ttft_s == pytest.approx(none.ttft_s + 2.5 * none.tpot_s, rel=1e-12)
+    assert lag.e2e_s == pytest.approx(none.e2e_s + 2.5 * none.tpot_s, rel=1e-12)
+    for key in ("front_end", "queued", "prefill"):
+        assert lag.ttft_split[key] == none.ttft_split[key]
+    for regime, t in none.ttft_regimes.items():
+        assert lag.ttft_regimes[regime] == pytest.approx(t + 2.5 * none.tpot_s, rel=1e-12)
+
+
 def test_lanes_in_lock_step_queue_one_prompt_step_behind_another() -> None:
     """SGLang, prompts of exactly one chunk (8,192 tokens on an H100), four lanes in lock step:
     every wave's four prompts arrive together and are prefilled one per step, decoding waiting
     (prefill first), so the k-th waits k − 1 prefill steps: queued (0 + 1 + 2 + 3) / 4 = 1.5
     steps, first token 2.5 steps after the send."""
-    params = PerfParams(request_latency_s=0.02, burst_share=1.0)
+    params = PerfParams(request_latency_s=0.02, burst_share=1.0, first_token_steps=0.0)
     assert engine_policy("sglang", H100, PLAN.layout).chunk_tokens == 8192
     res = replay_aggregated(PLAN, "sglang", 8192, 32, 4, params)
     step = _prefill_alone_s(8192, params)
@@ -334,7 +357,7 @@ def test_lanes_in_lock_step_queue_one_prompt_step_behind_another() -> None:
 def test_ttft_split_adds_up_and_the_regimes_weigh_by_the_burst_share(backend: str) -> None:
     params = PerfParams(burst_share=0.3)
     res = replay_aggregated(PLAN, backend, 3000, 200, 24, params)
-    assert set(res.ttft_split) == {"front_end", "queued", "prefill"}
+    assert set(res.ttft_split) == {"front_end", "step_lag", "queued", "prefill"}
     assert sum(res.ttft_split.values()) == pytest.approx(res.ttft_s, rel=1e-12)
     assert all(v >= 0 for v in res.ttft_split.values())
     reg = res.ttft_regimes
@@ -343,11 +366,12 @@ def test_ttft_split_adds_up_and_the_regimes_weigh_by_the_burst_share(backend: st
 
 
 def test_disaggregated_ttft_split_names_the_hand_over() -> None:
-    params = PerfParams()
+    params = PerfParams(first_token_steps=1.5)
     res = replay_disaggregated(PLAN, PLAN, 1, 1, "sglang", 2048, 256, 8, params)
-    assert list(res.ttft_split) == ["front_end", "queued", "prefill", "kv_transfer"]
+    assert list(res.ttft_split) == ["front_end", "step_lag", "queued", "prefill", "kv_transfer"]
     assert sum(res.ttft_split.values()) == pytest.approx(res.ttft_s, rel=1e-12)
     assert res.ttft_split["front_end"] == pytest.approx(params.request_latency_s)
+    assert res.ttft_split["step_lag"] == pytest.approx(1.5 * res.tpot_s, rel=1e-12)  # the decode worker's step
     # the hand-over: its fixed latency plus the bytes over the NIC (an H100 node is its own NVLink domain)
     nic = H100.nic_bandwidth_bytes_per_s * params.network_bandwidth_efficiency
     expected = params.kv_transfer_latency_s + transfer_bytes(PLAN, 2048) / nic

@@ -346,6 +346,7 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
 #: How the TTFT line names the parts of ``ttft_split_ms``.
 _TTFT_PARTS = {
     "front_end": "front end",
+    "step_lag": "engine step lag",
     "queued": "queued for admission",
     "prefill": "admission to first token",
     "pipeline_drain": "pipeline drain",

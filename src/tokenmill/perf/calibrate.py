@@ -517,11 +517,14 @@ def _all_fields() -> list[str]:
 
 
 def _predict(s: _Subset, ns: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
+    """Mean TTFT and TPOT of every row of ``s``: its recorded steps re-costed and weighed, and
+    the engine's step lag (``replay.step_lag``: ``first_token_steps`` × the row's TPOT) added to
+    its TTFT; a row's sub-rows share one engine, so Σ (tw + k·pw)·t is its TTFT + k × its TPOT."""
     b = ns.burst_share
     t = total_seconds(combine(s.feats, ns, np.maximum))
     t = t * np.where(s.sync == 1, b, np.where(s.sync == 0, 1.0 - b, 1.0))
     return (
-        np.bincount(s.rows, weights=s.tw * t, minlength=s.n_rows),
+        np.bincount(s.rows, weights=(s.tw + ns.first_token_steps * s.pw) * t, minlength=s.n_rows),
         np.bincount(s.rows, weights=s.pw * t, minlength=s.n_rows),
     )
 

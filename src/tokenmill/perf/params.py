@@ -25,9 +25,13 @@ Groups of fields:
 - **per engine** (fitted per backend): ``overhead_scale`` multiplies every fixed per-step and
   per-layer overhead, ``compute_scale`` multiplies the achieved FLOP/s of every kernel class, and
   ``request_latency_s`` is the engine front end's fixed latency per request (HTTP, tokenizer,
-  first detokenize), and ``burst_share`` is the share of a closed-loop benchmark's waves that
+  first detokenize), ``burst_share`` is the share of a closed-loop benchmark's waves that
   reach the engine together (1: the lanes stay in lock step, as under SGLang's prefill-first
-  schedule; small: they drift apart, as when prefill chunks ride in decode steps);
+  schedule; small: they drift apart, as when prefill chunks ride in decode steps), and
+  ``first_token_steps`` is the engine's pipeline lag in steps between a request and its first
+  token at the client (a request arriving while a step runs waits for it, and under asynchronous
+  scheduling for the next one too, already built; a sampled token is handed to the front end
+  while the next step runs);
 - **global** (fitted once): the rest.
 """
 
@@ -96,6 +100,12 @@ class PerfParams:
     overhead_scale: float = 1.0  # multiplies every fixed overhead above (engine's host efficiency)
     compute_scale: float = 1.0  # multiplies achieved FLOP/s of every kernel class (engine's kernels)
     burst_share: float = 0.5  # share of a closed-loop benchmark's waves that reach the engine at once
+    # Engine steps a first token reaches the client later than the replay's step sequence says: the
+    # step in flight when the request arrives (the replay admits a closed loop's request at the
+    # boundary where the last one finished), the one already built under asynchronous scheduling,
+    # and output handed to the front end during the next step. Times the point's mean TPOT (a step,
+    # as a decoding request sees it). Prior: one step.
+    first_token_steps: float = 1.0
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)) for f in fields(self)}
@@ -126,7 +136,13 @@ ARCH_TIED = ("fp4_matmul_ratio",)
 #: interconnect the engines reach (H100's HBM3 and H200's HBM3e, B200's NVLink 8-GPU board and
 #: GB200's 72-GPU rack differ though their dies do not).
 PER_GPU_FIELDS: tuple[str, ...] = tuple(f for f in GPU_FIELDS if f not in FAMILY_TIED + ARCH_TIED)
-ENGINE_FIELDS: tuple[str, ...] = ("overhead_scale", "compute_scale", "request_latency_s", "burst_share")
+ENGINE_FIELDS: tuple[str, ...] = (
+    "overhead_scale",
+    "compute_scale",
+    "request_latency_s",
+    "burst_share",
+    "first_token_steps",
+)
 GLOBAL_FIELDS: tuple[str, ...] = (
     "fp8_matmul_ratio",
     "decode_layer_overhead_s",
@@ -160,4 +176,5 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "overhead_scale": (0.2, 5.0),
     "compute_scale": (0.3, 3.0),
     "burst_share": (0.02, 1.0),
+    "first_token_steps": (0.05, 12.0),
 }

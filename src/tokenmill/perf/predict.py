@@ -8,9 +8,11 @@ constant fell back to a prior. Per-GPU throughput divides by all GPUs of the dep
 InferenceX does (DCP adds no GPUs).
 
 TTFT is split by where a request spends it (``ttft_split_ms``): the engine's fixed front-end
-latency, the wait from sending to admission (behind other prompts, or for pool room), and
-admission to first token (its prefill chunks); disaggregated serving adds the KV hand-over and a
-pipelined prefill worker's drain. ``ttft_regimes_ms`` gives the TTFT of each closed-loop regime
+latency, its pipeline lag in steps (``first_token_steps`` × a mean step: the step in flight when
+a request arrives, and under asynchronous scheduling the one already built), the wait from
+sending to admission (behind other prompts, or for pool room), and admission to first token (its
+prefill chunks); disaggregated serving adds the KV hand-over and a pipelined prefill worker's
+drain. ``ttft_regimes_ms`` gives the TTFT of each closed-loop regime
 replayed (lanes in lock step, lanes drifted apart; ``perf.replay``), which ``ttft_ms`` weighs by
 the engine's fitted ``burst_share``: how far apart they are is how much the prediction rests on
 that one constant.

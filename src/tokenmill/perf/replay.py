@@ -24,7 +24,11 @@ replay's measured requests spent about half their decode in a batch draining tow
 no middle wave of a 10-wave run does): mean TTFT, mean TPOT = (finish − first
 token)/(OSL − 1) per request, as bench_serving computes them. The prediction is
 ``burst_share`` × synchronised + (1 − ``burst_share``) × desynchronised, ``burst_share`` being a
-fitted constant of the engine (PerfParams).
+fitted constant of the engine (PerfParams). Two latencies outside the steps come on top of every
+first token: the engine front end's fixed ``request_latency_s``, and its pipeline lag in steps,
+``first_token_steps`` × TPOT (``step_lag``): the replay admits a closed loop's next request at
+the boundary where the last one finished, where a real engine's next step is already running or
+built, and it hands a sampled token to its front end while the next step runs.
 
 **Engine policies** (facts of the engines' defaults, not fitted): SGLang runs prefill steps apart
 from decode steps (chunked-prefill-size 8,192 on GPUs under 160 GB, 16,384 above); vLLM and
@@ -208,12 +212,13 @@ class ReplayResult:
     recorded: Recorded | None = None
     in_flight: int = 0  # requests the replayed deployment holds: its lanes over all workers
     # where the TTFT goes (seconds, summing to ttft_s): "front_end" (the engine's fixed
-    # per-request latency), "queued" (send to admission: behind other prompts, or waiting for
-    # pool room), "prefill" (admission to first token: the prompt's chunks, in steps it may share
-    # with other requests' work), and for disaggregated serving "pipeline_drain" and "kv_transfer"
+    # per-request latency), "step_lag" (the engine's pipeline lag in steps, ``step_lag``),
+    # "queued" (send to admission: behind other prompts, or waiting for pool room), "prefill"
+    # (admission to first token: the prompt's chunks, in steps it may share with other requests'
+    # work), and for disaggregated serving "pipeline_drain" and "kv_transfer"
     ttft_split: dict[str, float] = field(default_factory=dict)
-    # the TTFT of each regime replayed ("lock_step", "drifted"), front end included; ttft_s
-    # weighs them by the engine's burst_share
+    # the TTFT of each regime replayed ("lock_step", "drifted"), front end and step lag included;
+    # ttft_s weighs them by the engine's burst_share
     ttft_regimes: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -678,10 +683,11 @@ def replay_aggregated(
             recorded = recorded.concat(r.recorded)
         if r.decode is not None:
             batch, ctx = r.decode
+    lag = step_lag(params, tpot, accept_length)
     return ReplayResult(
-        ttft + lat,
+        ttft + lat + lag,
         tpot,
-        e2e + lat,
+        e2e + lat + lag,
         lanes,
         workers,
         measured,
@@ -690,9 +696,19 @@ def replay_aggregated(
         notes,
         recorded,
         in_flight=lanes * workers,
-        ttft_split={"front_end": lat, "queued": queued, "prefill": ttft - queued},
-        ttft_regimes={REGIME_NAMES[sync]: runs[sync].ttft + lat for sync in syncs},
+        ttft_split={"front_end": lat, "step_lag": lag, "queued": queued, "prefill": ttft - queued},
+        ttft_regimes={REGIME_NAMES[sync]: runs[sync].ttft + lat + lag for sync in syncs},
     )
+
+
+def step_lag(params: PerfParams, tpot_s: float, accept_length: float = 1.0) -> float:
+    """Seconds a first token reaches the client after the replay's step sequence delivers it: the
+    engine's ``first_token_steps`` times a mean step as a decoding request sees it, the point's
+    TPOT times the tokens a step yields (``accept_length`` under speculative decoding). Outside
+    the engine's steps like the front end's ``request_latency_s``, so the replay's step sequence
+    does not depend on it, and ``calibrate`` adds it to a row's TTFT from the row's recorded TPOT
+    (the calibration rows do not speculate)."""
+    return params.first_token_steps * tpot_s * accept_length
 
 
 def transfer_bytes(plan: MemoryPlan, isl: int) -> int:
@@ -807,6 +823,8 @@ def replay_disaggregated(
     ttft = t_pre + drain + xfer + lat
     batch = _decoding(per_worker, (osl - 1) * tpot, ttft)
     f_dec, tpot = decode_step(batch)
+    lag = step_lag(params, tpot)  # the decode worker streams the tokens
+    ttft += lag
     recorded = None
     if record:
         from tokenmill.perf.recorded import latency_rows, step_rows
@@ -822,7 +840,7 @@ def replay_disaggregated(
                 recorded = recorded.concat(step_rows(log.features, log.mult, log.step, wt, None, sync))
     e2e = ttft + (osl - 1) * tpot
     measured = sum(runs[sync].measured for sync in syncs)
-    split = {"front_end": lat, "queued": queued, "prefill": t_pre - queued}
+    split = {"front_end": lat, "step_lag": lag, "queued": queued, "prefill": t_pre - queued}
     if drain:
         split["pipeline_drain"] = drain
     split["kv_transfer"] = xfer
@@ -839,7 +857,7 @@ def replay_disaggregated(
         recorded,
         in_flight=concurrency,
         ttft_split=split,
-        ttft_regimes={REGIME_NAMES[sync]: runs[sync].ttft + drain + xfer + lat for sync in syncs},
+        ttft_regimes={REGIME_NAMES[sync]: runs[sync].ttft + drain + xfer + lat + lag for sync in syncs},
     )
 
 

@@ -35,7 +35,7 @@ _KNOWN = {f.name for f in fields(PerfParams)}
 
 #: Constants for which 0 is meaningful: no front-end cost (an engine with its own detokeniser
 #: process), no overlap of the CPU step with the device's work (a CPU device runs both), a flat
-#: GEMM efficiency.
+#: GEMM efficiency, no pipeline lag before a first token reaches the client.
 _ZERO_ALLOWED = frozenset(
     {
         "stream_per_token_s",
@@ -45,6 +45,7 @@ _ZERO_ALLOWED = frozenset(
         "prefill_seq_overhead_s",
         "padded_prefill",
         "linear_chunk_step_s",
+        "first_token_steps",
     }
 )
 
