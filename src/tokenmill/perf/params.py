@@ -103,8 +103,8 @@ class PerfParams:
     # Engine steps a first token reaches the client later than the replay's step sequence says: the
     # step in flight when the request arrives (the replay admits a closed loop's request at the
     # boundary where the last one finished), the one already built under asynchronous scheduling,
-    # and output handed to the front end during the next step. Times the point's mean TPOT (a step,
-    # as a decoding request sees it). Prior: one step.
+    # and output handed to the front end during the next step. Times a mean step as a decoding
+    # request sees it: the point's TPOT × the tokens a step yields (replay.step_lag). Prior: one step.
     first_token_steps: float = 1.0
 
     def to_dict(self) -> dict[str, float]:
