@@ -55,6 +55,16 @@ def test_free_rejects_double_free_unknown_and_repeats_atomically() -> None:
     assert a.num_free == 4
 
 
+@pytest.mark.parametrize("bad", [[[1]], ["x"], [1.5], [4], [None]])
+def test_free_rejects_ids_that_are_not_page_ids(bad: list[object]) -> None:
+    a = KVPageAllocator(4, 8)
+    a.alloc(2)
+    with pytest.raises(ValueError, match="unknown page id"):
+        a.free(bad)  # type: ignore[arg-type]
+    assert not a.all_allocated(bad)  # type: ignore[arg-type]
+    assert a.num_used == 2 and a.all_allocated([0, 1]) and a.all_allocated([])
+
+
 @pytest.mark.parametrize(
     ("args", "name"),
     [((0, 16), "num_pages"), ((-3, 16), "num_pages"), ((4, 0), "page_tokens"), ((4, 1.5), "page_tokens")],

@@ -10,6 +10,11 @@ Order of handed-out ids: the free list is a stack (LIFO). A fresh allocator hand
 first, last-freed first: ``free([a, b]); alloc(2) == [b, a]``. Everything is deterministic and O(n) in the
 number of ids of the call, never O(capacity).
 
+The handed-out ids are held as a set, so a call checks and updates them with set operations
+(C loops) rather than one Python step per id: a replay of 128k-token prompts allocates and frees
+~2,000 pages a request, and the per-id loops were ~7 % of ``tokenmill predict``'s time there.
+Ids are compared by value, as the type hints say they are ``int``.
+
 Under decode context parallelism the caller passes logical capacity (per-rank pages x dcp)
 and logical page size; the allocator does not care.
 """
@@ -17,6 +22,7 @@ and logical page size; the allocator does not care.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NoReturn
 
 from tokenmill.errors import TokenmillError
 
@@ -39,7 +45,7 @@ class _IdPool:
         self._noun = noun
         # Stack: the end of the list is handed out first, so a fresh pool yields 0, 1, 2, ...
         self._free: list[int] = list(range(capacity - 1, -1, -1))
-        self._used = bytearray(capacity)
+        self._used: set[int] = set()
 
     @property
     def capacity(self) -> int:
@@ -58,7 +64,7 @@ class _IdPool:
 
     def is_allocated(self, ident: int) -> bool:
         """True if ``ident`` is a valid id that is currently handed out."""
-        return 0 <= ident < self._capacity and self._used[ident] == 1
+        return ident in self._used
 
     def alloc(self, n: int) -> list[int] | None:
         """Hand out ``n`` ids, all or nothing: ``None`` (and no change) if fewer than ``n`` are free."""
@@ -72,18 +78,14 @@ class _IdPool:
         out = free[-n:]
         del free[-n:]
         out.reverse()
-        used = self._used
-        for ident in out:
-            used[ident] = 1
+        self._used.update(out)
         return out
 
     def all_allocated(self, idents: Sequence[int]) -> bool:
         """True if every id in ``idents`` is a valid id that is currently handed out."""
-        if not idents:
-            return True
         try:
-            return min(idents) >= 0 and all(map(self._used.__getitem__, idents))
-        except (IndexError, TypeError):
+            return self._used.issuperset(idents)
+        except TypeError:  # an unhashable id
             return False
 
     def free(self, idents: Iterable[int]) -> None:
@@ -95,21 +97,23 @@ class _IdPool:
         ids = list(idents)
         if not ids:
             return
-        if not self.all_allocated(ids) or len(set(ids)) != len(ids):
+        try:
+            batch = set(ids)
+        except TypeError:  # an unhashable id: not one this pool handed out
             self._raise_bad_free(ids)
-        used = self._used
-        for ident in ids:
-            used[ident] = 0
+        if len(batch) != len(ids) or not batch <= self._used:
+            self._raise_bad_free(ids)
+        self._used -= batch
         # Stack push: the last id of this batch is the next one handed out.
         self._free.extend(ids)
 
-    def _raise_bad_free(self, ids: list[int]) -> None:
+    def _raise_bad_free(self, ids: list[int]) -> NoReturn:
         cap = self._capacity
         seen: set[int] = set()
         for ident in ids:
             if isinstance(ident, bool) or not isinstance(ident, int) or not 0 <= ident < cap:
                 raise ValueError(f"unknown {self._noun} id {ident!r} (valid: 0..{cap - 1})")
-            if self._used[ident] == 0:
+            if ident not in self._used:
                 raise ValueError(f"double free of {self._noun} {ident}: it is not allocated")
             if ident in seen:
                 raise ValueError(f"double free of {self._noun} {ident}: repeated in one free() call")
