@@ -51,7 +51,7 @@ POINTS = [  # (label, predict's arguments)
         "Llama-3.1-70B 4×H100 TP4 vLLM, 1k/1k, C=64",
         "--model llama-3.1-70b --gpu h100 --gpus 4 --tp 4 --isl 1024 --osl 1024 --concurrency 64 --backend vllm",
     ),
-    (  # thousands of lanes: an event at nearly every step (docs/perf.md section 7)
+    (  # thousands of lanes: an event at nearly every step (docs/perf-notebook.md §B)
         "DeepSeek-R1 8×H200 DP8×EP8, 1k/1k, C=1,024",
         "--model deepseek-r1 --gpu h200 --gpus 8 --dp-attention 8 --ep 8 --moe-a2a-backend deepep "
         "--kv-cache-dtype fp8_e4m3 --isl 1024 --osl 1024 --concurrency 1024",
