@@ -174,53 +174,93 @@ def test_decode_cohort_is_exact_under_retraction_and_for_hybrid_and_windowed_mod
 
 
 class _Forgetful(dict):  # type: ignore[type-arg]
-    """A memo that never remembers: every prefill step costed afresh."""
+    """A memo that never remembers: every step costed afresh."""
 
     def get(self, key: object, default: object = None) -> object:
         return default
 
 
-def test_prefill_steps_are_costed_once_per_distinct_set_of_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    # SGLang runs prompt chunks in steps of their own; three waves of 8 lanes with 3,000-token
-    # prompts repeat the same chunks, so most of those steps are looked up, with the same figures
-    calls = {"n": 0}
+def _replay_counting(monkeypatch: pytest.MonkeyPatch, plan: object, backend: str, lanes: int, forget: bool) -> tuple:
+    """A replay (recorded) of 3,000/100-token lanes and the cost model's calls by kind of step; with
+    ``forget`` the executor's memo of steps never remembers, so every step is costed afresh."""
+    calls = {"prompts": 0, "decodes": 0, "mixed": 0}
     features = CostModel.features
 
     def counted(self: CostModel, shape: BatchShape) -> Features:
-        calls["n"] += not shape.decode and shape.decode_sum is None
+        decoding = bool(shape.decode) or shape.decode_sum is not None
+        kind = "mixed" if decoding and shape.prefill else "decodes" if decoding else "prompts"
+        calls[kind] += 1
         return features(self, shape)
 
     monkeypatch.setattr(CostModel, "features", counted)
-    memo = replay_aggregated(PLAN, "sglang", 3000, 100, 8, PARAMS, record=True)
-    with_memo = calls["n"]
     init = replay._StrideExecutor.__init__
 
     def forgetful(self: replay._StrideExecutor, *args: object) -> None:
         init(self, *args)  # type: ignore[arg-type]
-        self._prefill_steps = _Forgetful()
+        self._steps = _Forgetful()
 
-    monkeypatch.setattr(replay._StrideExecutor, "__init__", forgetful)
-    calls["n"] = 0
-    fresh = replay_aggregated(PLAN, "sglang", 3000, 100, 8, PARAMS, record=True)
-    assert 0 < with_memo < calls["n"] / 2, (with_memo, calls["n"])
-    assert (memo.ttft_s, memo.tpot_s, memo.e2e_s) == (fresh.ttft_s, fresh.tpot_s, fresh.e2e_s)
-    assert memo.recorded is not None and fresh.recorded is not None
-    assert np.array_equal(memo.recorded.features, fresh.recorded.features)
-    # a replay keeps at most PREFILL_STEPS_KEPT of them, and its figures do not depend on it
+    monkeypatch.setattr(replay._StrideExecutor, "__init__", forgetful if forget else init)
+    res = replay_aggregated(plan, backend, 3000, 100, lanes, PARAMS, record=True)  # type: ignore[arg-type]
     monkeypatch.setattr(replay._StrideExecutor, "__init__", init)
-    monkeypatch.setattr(replay, "PREFILL_STEPS_KEPT", 1)
-    kept: list[int] = []
+    monkeypatch.setattr(CostModel, "features", features)
+    return res, calls
+
+
+def _same_figures(a: object, b: object) -> None:
+    assert (a.ttft_s, a.tpot_s, a.e2e_s) == (b.ttft_s, b.tpot_s, b.e2e_s)  # type: ignore[attr-defined]
+    assert (a.decode_batch, a.decode_context) == (b.decode_batch, b.decode_context)  # type: ignore[attr-defined]
+    ra, rb = a.recorded, b.recorded  # type: ignore[attr-defined]
+    assert ra is not None and rb is not None
+    assert np.array_equal(ra.features, rb.features)
+    assert np.array_equal(ra.ttft_w, rb.ttft_w) and np.array_equal(ra.tpot_w, rb.tpot_w)
+
+
+def test_steps_are_costed_once_per_distinct_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    # SGLang runs prompt chunks in steps of their own; three waves of 8 lanes with 3,000-token
+    # prompts repeat the same chunks, and lanes in lock step repeat their decode steps exactly:
+    # most steps of both kinds are looked up, with the same figures
+    memo, kept = _replay_counting(monkeypatch, PLAN, "sglang", 8, forget=False)
+    fresh, every = _replay_counting(monkeypatch, PLAN, "sglang", 8, forget=True)
+    assert 0 < kept["prompts"] < every["prompts"] / 2, (kept, every)
+    assert 0 < kept["decodes"] < every["decodes"] / 2, (kept, every)
+    _same_figures(memo, fresh)
+    # a replay keeps at most STEPS_KEPT of them, and its figures do not depend on it
+    monkeypatch.setattr(replay, "STEPS_KEPT", 1)
+    sizes: list[int] = []
     run = replay._StrideExecutor.execute
 
     def watched(self: replay._StrideExecutor, batch: object) -> object:
         out = run(self, batch)  # type: ignore[arg-type]
-        kept.append(len(self._prefill_steps))
+        sizes.append(len(self._steps))
         return out
 
     monkeypatch.setattr(replay._StrideExecutor, "execute", watched)
-    capped = replay_aggregated(PLAN, "sglang", 3000, 100, 8, PARAMS)
-    assert max(kept) == 1
-    assert (capped.ttft_s, capped.tpot_s, capped.e2e_s) == (fresh.ttft_s, fresh.tpot_s, fresh.e2e_s)
+    capped = replay_aggregated(PLAN, "sglang", 3000, 100, 8, PARAMS, record=True)
+    assert max(sizes) == 1
+    _same_figures(capped, fresh)
+
+
+@pytest.mark.parametrize(
+    ("model", "backend", "lanes", "keyed"),
+    [
+        ("kimi-linear-48b-a3b", "sglang", 24, True),  # hybrid: state checkpoints on block boundaries
+        ("llama-3.1-8b", "trtllm", 24, True),  # prompt chunks riding in decode steps
+        ("gpt-oss-120b", "vllm", 12, True),  # sliding windows: every context listed, 12 keyed
+        ("gpt-oss-120b", "vllm", 24, False),  # ... 24 not (over KEYED_DECODES): costed every time
+    ],
+)
+def test_the_memo_of_steps_changes_no_figure(
+    monkeypatch: pytest.MonkeyPatch, model: str, backend: str, lanes: int, keyed: bool
+) -> None:
+    plan = plan_memory(load_model(model), load_gpu("h200"), 1, Layout(tp=1))
+    memo, kept = _replay_counting(monkeypatch, plan, backend, lanes, forget=False)
+    fresh, every = _replay_counting(monkeypatch, plan, backend, lanes, forget=True)
+    if not keyed:
+        assert lanes > replay.KEYED_DECODES
+        assert kept["decodes"] == every["decodes"] > 0, (kept, every)
+    else:
+        assert 0 < kept["decodes"] < every["decodes"], (kept, every)
+    _same_figures(memo, fresh)
 
 
 def _peak_running(reqs: list) -> int:

@@ -121,7 +121,10 @@ if TYPE_CHECKING:
     from tokenmill.perf.recorded import Recorded
 
 DECODE_EVENTS = 48  # macro steps per request's decode (stride = OSL / this)
-PREFILL_STEPS_KEPT = 4096  # distinct prompt-only steps whose cost a replay keeps (~2 KB each)
+STEPS_KEPT = 4096  # distinct steps whose cost a replay keeps (~2 KB each; _StrideExecutor)
+KEYED_DECODES = 16  # decoding requests listed one by one in a step that is still looked up
+#: a step's shape: its prompt chunks, its listed decoding requests' contexts, its decode cohort
+_StepKey = tuple[tuple[PrefillWork, ...], tuple[int, ...], DecodeSum | None]
 WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
 LARGE_WORKER = 32  # lanes per worker from which one measured wave after the first is enough
 #: Lanes a replay runs at most: 4 × the largest concurrency of the calibration file. A replay's
@@ -230,10 +233,17 @@ class ReplayResult:
 class _StrideExecutor:
     """Executes a batch as one step, or a pure decode batch as k real steps (see module doc).
 
-    A step of prompt chunks alone (SGLang's prefill steps) recurs with the same chunks wave after
-    wave, so its demands and seconds are computed once per distinct set of chunks
-    (``_prefill_steps``): the same figures, without costing 8 chunks of each of a thousand
-    128k-token prompts one by one."""
+    Steps recur: a step of prompt chunks alone (SGLang's prefill steps) comes back with the same
+    chunks wave after wave, and a decode step with the same batch at the same contexts (lanes in
+    lock step repeat their waves' steps exactly, and drifted lanes come back to the same
+    contexts: 49 and 1,002 distinct decode steps of 12,544 and 10,042 for Kimi-K3's 131,072-token
+    prompts at 512 lanes). So a step's demands and seconds are computed once per distinct shape
+    (``_steps``, keyed by its chunks, its decoding requests' contexts and the cohort's count and
+    context sum): the same figures, without costing 8 chunks of each of a thousand 128k-token
+    prompts, or the same decode batch, again and again. Steps with more than
+    ``KEYED_DECODES`` decoding requests listed one by one (sliding-window models, whose cohort
+    is listed; a batch outside a cohort) are not keyed: hashing their contexts costs about what
+    costing them does."""
 
     def __init__(self, cost: CostModel, params: PerfParams, log: StepLog | None) -> None:
         self.cost = cost
@@ -243,7 +253,7 @@ class _StrideExecutor:
         self.decode_steps = 0.0
         self.decode_batch_sum = 0.0
         self.decode_ctx_sum = 0.0
-        self._prefill_steps: dict[tuple[PrefillWork, ...], tuple[Features, float]] = {}
+        self._steps: dict[_StepKey, tuple[Features, float]] = {}
 
     def execute(self, batch: ScheduledBatch) -> StepResult:
         tokens: dict[str, list[int]] = {}
@@ -260,7 +270,7 @@ class _StrideExecutor:
                 widths.append(cohort.tokens)
             k = min(widths)
             mid = (k - 1) // 2
-        decode = [DecodeWork(d.context + mid, 1) for d in batch.decode]
+        contexts = [d.context + mid for d in batch.decode]
         context_sum = sum([d.context for d in batch.decode])
         summed = None
         if cohort is not None:
@@ -268,15 +278,16 @@ class _StrideExecutor:
             if self.cost.linear_in_context:
                 summed = DecodeSum(cohort.count, cohort.context_sum + mid * cohort.count)
             else:
-                decode += [DecodeWork(c + mid, 1) for c in cohort.contexts()]
+                contexts += [c + mid for c in cohort.contexts()]
         chunks = tuple(PrefillWork(p.length, p.start, p.last) for p in batch.prefill)
-        prompts_only = not decode and summed is None
-        known = self._prefill_steps.get(chunks) if prompts_only else None
+        key = (chunks, tuple(contexts), summed) if len(contexts) <= KEYED_DECODES else None
+        known = self._steps.get(key) if key is not None else None
         if known is None:
-            f = self.cost.features(BatchShape(prefill=chunks, decode=tuple(decode), decode_sum=summed))
+            decode = tuple([DecodeWork(c, 1) for c in contexts])
+            f = self.cost.features(BatchShape(prefill=chunks, decode=decode, decode_sum=summed))
             seconds = _seconds(f, self.params)
-            if prompts_only and len(self._prefill_steps) < PREFILL_STEPS_KEPT:
-                self._prefill_steps[chunks] = (f, seconds)
+            if key is not None and len(self._steps) < STEPS_KEPT:
+                self._steps[key] = (f, seconds)
         else:
             f, seconds = known
         step = k * seconds
