@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import CostModel, PerfParams, replay
@@ -180,6 +182,14 @@ class _Forgetful(dict):  # type: ignore[type-arg]
         return default
 
 
+def _forgetful_init(init: Callable[..., None]) -> Callable[..., None]:
+    def forgetful(self: replay._StrideExecutor, *args: object) -> None:
+        init(self, *args)
+        self._steps = _Forgetful()
+
+    return forgetful
+
+
 def _replay_counting(monkeypatch: pytest.MonkeyPatch, plan: object, backend: str, lanes: int, forget: bool) -> tuple:
     """A replay (recorded) of 3,000/100-token lanes and the cost model's calls by kind of step; with
     ``forget`` the executor's memo of steps never remembers, so every step is costed afresh."""
@@ -194,12 +204,7 @@ def _replay_counting(monkeypatch: pytest.MonkeyPatch, plan: object, backend: str
 
     monkeypatch.setattr(CostModel, "features", counted)
     init = replay._StrideExecutor.__init__
-
-    def forgetful(self: replay._StrideExecutor, *args: object) -> None:
-        init(self, *args)  # type: ignore[arg-type]
-        self._steps = _Forgetful()
-
-    monkeypatch.setattr(replay._StrideExecutor, "__init__", forgetful if forget else init)
+    monkeypatch.setattr(replay._StrideExecutor, "__init__", _forgetful_init(init) if forget else init)
     res = replay_aggregated(plan, backend, 3000, 100, lanes, PARAMS, record=True)  # type: ignore[arg-type]
     monkeypatch.setattr(replay._StrideExecutor, "__init__", init)
     monkeypatch.setattr(CostModel, "features", features)
@@ -260,6 +265,34 @@ def test_the_memo_of_steps_changes_no_figure(
         assert kept["decodes"] == every["decodes"] > 0, (kept, every)
     else:
         assert 0 < kept["decodes"] < every["decodes"], (kept, every)
+    _same_figures(memo, fresh)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    backend=st.sampled_from(["sglang", "vllm", "trtllm"]),
+    isl=st.integers(1, 20_000),
+    osl=st.integers(1, 400),
+    lanes=st.integers(1, 40),
+    which=st.sampled_from(["dense", "dense, tight pool", "windowed"]),
+)
+def test_the_memo_of_steps_is_invisible_to_any_replay(
+    monkeypatch: pytest.MonkeyPatch, backend: str, isl: int, osl: int, lanes: int, which: str
+) -> None:
+    # any point; a pool tight enough to retract, or not; a model whose decoding requests are
+    # listed one by one (sliding windows): the memo changes how often steps are costed, never a
+    # figure or a recorded step
+    if which == "windowed":
+        plan = plan_memory(load_model("gpt-oss-120b"), H100, 1, Layout(tp=1))
+    else:
+        plan = plan_memory(LLAMA8, H100, 1, Layout(tp=1, mem_fraction_static=0.25 if "tight" in which else 0.85))
+    init = replay._StrideExecutor.__init__
+    memo = replay_aggregated(plan, backend, isl, osl, lanes, PARAMS, record=True)
+    monkeypatch.setattr(replay._StrideExecutor, "__init__", _forgetful_init(init))
+    try:
+        fresh = replay_aggregated(plan, backend, isl, osl, lanes, PARAMS, record=True)
+    finally:
+        monkeypatch.setattr(replay._StrideExecutor, "__init__", init)
     _same_figures(memo, fresh)
 
 
