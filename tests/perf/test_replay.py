@@ -279,9 +279,9 @@ def test_the_memo_of_steps_changes_no_figure(
 def test_the_memo_of_steps_is_invisible_to_any_replay(
     monkeypatch: pytest.MonkeyPatch, backend: str, isl: int, osl: int, lanes: int, which: str
 ) -> None:
-    # any point; a pool tight enough to retract, or not; a model whose decoding requests are
-    # listed one by one (sliding windows): the memo changes how often steps are costed, never a
-    # figure or a recorded step
+    # any point; a pool that binds (a quarter of memory, ~34k tokens) or not; a model whose
+    # decoding requests are listed one by one (sliding windows): the memo changes how often steps
+    # are costed, never a figure or a recorded step
     if which == "windowed":
         plan = plan_memory(load_model("gpt-oss-120b"), H100, 1, Layout(tp=1))
     else:
