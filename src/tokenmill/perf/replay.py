@@ -123,8 +123,9 @@ if TYPE_CHECKING:
 DECODE_EVENTS = 48  # macro steps per request's decode (stride = OSL / this)
 STEPS_KEPT = 4096  # distinct steps whose cost a replay keeps (~2 KB each; _StrideExecutor)
 KEYED_DECODES = 16  # decoding requests listed one by one in a step that is still looked up
-#: a step's shape: its prompt chunks, its listed decoding requests' contexts, its decode cohort
-_StepKey = tuple[tuple[PrefillWork, ...], tuple[int, ...], DecodeSum | None]
+#: a step's shape: its prompt chunks (new tokens, context, last), its listed decoding requests'
+#: contexts, its decode cohort (count, context sum)
+_StepKey = tuple[tuple[tuple[int, int, bool], ...], tuple[int, ...], tuple[int, int] | None]
 WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
 LARGE_WORKER = 32  # lanes per worker from which one measured wave after the first is enough
 #: Lanes a replay runs at most: 4 × the largest concurrency of the calibration file. A replay's
@@ -272,19 +273,24 @@ class _StrideExecutor:
             mid = (k - 1) // 2
         contexts = [d.context + mid for d in batch.decode]
         context_sum = sum([d.context for d in batch.decode])
-        summed = None
+        summed = None  # (count, context sum) of the cohort, where a sum describes it
         if cohort is not None:
             context_sum += cohort.context_sum
             if self.cost.linear_in_context:
-                summed = DecodeSum(cohort.count, cohort.context_sum + mid * cohort.count)
+                summed = (cohort.count, cohort.context_sum + mid * cohort.count)
             else:
                 contexts += [c + mid for c in cohort.contexts()]
-        chunks = tuple(PrefillWork(p.length, p.start, p.last) for p in batch.prefill)
+        chunks = tuple([(p.length, p.start, p.last) for p in batch.prefill])
+        # plain tuples of ints: hashed in C, and the cost model's objects built only for a new shape
         key = (chunks, tuple(contexts), summed) if len(contexts) <= KEYED_DECODES else None
         known = self._steps.get(key) if key is not None else None
         if known is None:
-            decode = tuple([DecodeWork(c, 1) for c in contexts])
-            f = self.cost.features(BatchShape(prefill=chunks, decode=decode, decode_sum=summed))
+            shape = BatchShape(
+                prefill=tuple([PrefillWork(*c) for c in chunks]),
+                decode=tuple([DecodeWork(c, 1) for c in contexts]),
+                decode_sum=DecodeSum(*summed) if summed is not None else None,
+            )
+            f = self.cost.features(shape)
             seconds = _seconds(f, self.params)
             if key is not None and len(self._steps) < STEPS_KEPT:
                 self._steps[key] = (f, seconds)
