@@ -12,7 +12,12 @@ sources again, about 0.2 s that no installed copy pays.
 The command's time is given as the median and the range of the runs: on a shared virtual machine
 one command can take 30 % more than the next for nothing it did.
 
-    .venv/bin/python benchmarks/predict_latency.py [--repeat 3] [--match 4,096]
+    .venv/bin/python benchmarks/predict_latency.py [--repeat 3] [--match 4,096] [--against REV]
+
+``--against REV`` is the before/after: REV's code (a temporary git worktree, put first on
+``PYTHONPATH``) runs the same command run by run alternately with this checkout's, first one then
+the other, so a drift of the machine's speed falls on both. Its column is the command's median and
+range; the answers of the two are compared and a difference is printed.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -79,42 +87,93 @@ POINTS = [  # (label, predict's arguments)
 ]
 
 
+@contextmanager
+def _worktree(rev: str) -> Iterator[Path]:
+    """A detached git worktree of ``rev`` in a temporary folder, removed on the way out."""
+    repo = Path(__file__).resolve().parent.parent
+    path = Path(tempfile.mkdtemp(prefix="tokenmill-against-"))
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(path), rev], cwd=repo, check=True, capture_output=True, text=True
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=repo, capture_output=True)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _answer(proc: subprocess.CompletedProcess[str]) -> tuple[float, float]:
+    out = json.loads(proc.stdout)
+    return float(out["ttft_ms"]), float(out["tpot_ms"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--match", default="", help="only the operating points whose label contains this")
     ap.add_argument("--no-bytecode-cache", action="store_true", help="time the command under PYTHONDONTWRITEBYTECODE=1")
+    ap.add_argument("--against", metavar="REV", help="also time REV's code, alternating with this checkout's")
     args = ap.parse_args()
+    if args.against:
+        with _worktree(args.against) as tree:
+            run(args, tree / "src")
+    else:
+        run(args, None)
+
+
+def run(args: argparse.Namespace, other_src: Path | None) -> None:
     env = dict(os.environ)
     if args.no_bytecode_cache:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     else:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
+    other_env = None
+    if other_src is not None:
+        other_env = dict(env, PYTHONPATH=os.pathsep.join([str(other_src), *filter(None, [env.get("PYTHONPATH")])]))
     exe = shutil.which("tokenmill") or str(Path(sys.executable).with_name("tokenmill"))
     runner = CliRunner()
-    subprocess.run([exe, "predict", *POINTS[0][1].split(), "--json"], env=env, capture_output=True, check=True)
-    print(f"{'operating point':58} {'command (s)':>12} {'range (s)':>11} {'in-process (s)':>15}  ttft_ms / tpot_ms")
+    for e in filter(None, [env, other_env]):  # an untimed run writes the bytecode
+        subprocess.run([exe, "predict", *POINTS[0][1].split(), "--json"], env=e, capture_output=True, check=True)
+    other_head = f" {args.against + ' (s)':>14} {'range (s)':>11}" if other_env is not None else ""
+    print(
+        f"{'operating point':58} {'command (s)':>12} {'range (s)':>11}{other_head} {'in-process (s)':>15}"
+        "  ttft_ms / tpot_ms"
+    )
     for label, flags in POINTS:
         if args.match not in label:
             continue
         argv = flags.split()
-        cmd_times, call_times = [], []
-        out: dict[str, float] = {}
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            proc = subprocess.run(
-                [exe, "predict", *argv, "--json"], env=env, capture_output=True, text=True, check=True
-            )
-            cmd_times.append(time.perf_counter() - t)
-            out = json.loads(proc.stdout)
+        cmd_times: list[float] = []
+        other_times: list[float] = []
+        call_times: list[float] = []
+        answers: dict[int, set[tuple[float, float]]] = {id(env): set(), id(other_env): set()}
+        for i in range(args.repeat):
+            envs = [(env, cmd_times)] if other_env is None else [(env, cmd_times), (other_env, other_times)]
+            if i % 2:
+                envs.reverse()  # first one, then the other: a drift falls on both
+            for e, times in envs:
+                t = time.perf_counter()
+                proc = subprocess.run(
+                    [exe, "predict", *argv, "--json"], env=e, capture_output=True, text=True, check=True
+                )
+                times.append(time.perf_counter() - t)
+                answers[id(e)].add(_answer(proc))
             t = time.perf_counter()
             res = runner.invoke(app, ["predict", *argv, "--json"])
             call_times.append(time.perf_counter() - t)
             assert res.exit_code == 0, res.output
+        out = min(answers[id(env)])
+        differs = ""
+        if other_env is not None and answers[id(other_env)] != answers[id(env)]:
+            theirs = min(answers[id(other_env)])
+            differs = f"  ({args.against}: {theirs[0]:,.1f} / {theirs[1]:.2f})"
+        other = ""
+        if other_env is not None:
+            other = f" {statistics.median(other_times):14.2f} {min(other_times):5.2f}–{max(other_times):.2f}"
         print(
-            f"{label:58} {statistics.median(cmd_times):12.2f} {min(cmd_times):5.2f}–{max(cmd_times):.2f}"
+            f"{label:58} {statistics.median(cmd_times):12.2f} {min(cmd_times):5.2f}–{max(cmd_times):.2f}{other}"
             f" {statistics.median(call_times):15.3f}"
-            f"  {out['ttft_ms']:,.1f} / {out['tpot_ms']:.2f}"
+            f"  {out[0]:,.1f} / {out[1]:.2f}{differs}"
         )
     print(f"(medians and ranges of {args.repeat} runs, bytecode cached; target: under 1 s)")
 
