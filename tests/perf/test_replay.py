@@ -146,15 +146,19 @@ def test_pipelined_prefill_worker_doubles_throughput_not_latency() -> None:
     assert any("pipelined over 2 stages" in n for n in alone_pp2.notes)
 
 
+def _same_figures(a: object, b: object) -> None:
+    assert (a.ttft_s, a.tpot_s, a.e2e_s) == (b.ttft_s, b.tpot_s, b.e2e_s)  # type: ignore[attr-defined]
+    assert (a.decode_batch, a.decode_context) == (b.decode_batch, b.decode_context)  # type: ignore[attr-defined]
+    ra, rb = a.recorded, b.recorded  # type: ignore[attr-defined]
+    assert ra is not None and rb is not None
+    assert np.array_equal(ra.features, rb.features)
+    assert np.array_equal(ra.ttft_w, rb.ttft_w) and np.array_equal(ra.tpot_w, rb.tpot_w)
+
+
 def _same_replay(plan: object, backend: str, isl: int, osl: int, lanes: int) -> None:
     eager = replay_aggregated(plan, backend, isl, osl, lanes, PARAMS, record=True, cohort=False)  # type: ignore[arg-type]
     cohort = replay_aggregated(plan, backend, isl, osl, lanes, PARAMS, record=True)  # type: ignore[arg-type]
-    assert (cohort.ttft_s, cohort.tpot_s, cohort.e2e_s) == (eager.ttft_s, eager.tpot_s, eager.e2e_s)
-    assert (cohort.decode_batch, cohort.decode_context) == (eager.decode_batch, eager.decode_context)
-    assert cohort.recorded is not None and eager.recorded is not None
-    assert np.array_equal(cohort.recorded.features, eager.recorded.features)
-    assert np.array_equal(cohort.recorded.ttft_w, eager.recorded.ttft_w)
-    assert np.array_equal(cohort.recorded.tpot_w, eager.recorded.tpot_w)
+    _same_figures(cohort, eager)
 
 
 @pytest.mark.parametrize("backend", ["sglang", "vllm"])
@@ -209,15 +213,6 @@ def _replay_counting(monkeypatch: pytest.MonkeyPatch, plan: object, backend: str
     monkeypatch.setattr(replay._StrideExecutor, "__init__", init)
     monkeypatch.setattr(CostModel, "features", features)
     return res, calls
-
-
-def _same_figures(a: object, b: object) -> None:
-    assert (a.ttft_s, a.tpot_s, a.e2e_s) == (b.ttft_s, b.tpot_s, b.e2e_s)  # type: ignore[attr-defined]
-    assert (a.decode_batch, a.decode_context) == (b.decode_batch, b.decode_context)  # type: ignore[attr-defined]
-    ra, rb = a.recorded, b.recorded  # type: ignore[attr-defined]
-    assert ra is not None and rb is not None
-    assert np.array_equal(ra.features, rb.features)
-    assert np.array_equal(ra.ttft_w, rb.ttft_w) and np.array_equal(ra.tpot_w, rb.tpot_w)
 
 
 def test_steps_are_costed_once_per_distinct_shape(monkeypatch: pytest.MonkeyPatch) -> None:
