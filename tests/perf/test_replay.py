@@ -40,7 +40,7 @@ def test_stride_one_replay_is_the_simulator_step_for_step() -> None:
     lanes, isl, osl = 6, 3000, 40
     policy = engine_policy("sglang", H100, PLAN.layout)
     cost = CostModel(LLAMA8, H100, PLAN.layout, PARAMS)
-    reqs, first_wave, _, _, _ = _closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stride=1, stagger=False)
+    reqs, first_wave = _closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stride=1, stagger=False)[:2]
     wl = random_requests(isl, osl, len(reqs), concurrency=lanes, seed=0)
     sim = simulate(PLAN, wl, SimOptions(chunk_tokens=policy.chunk_tokens, perf=PARAMS))
     ours = sorted((r.send_s, r.req.first_token_s, r.req.finish_s) for r in reqs)
@@ -314,7 +314,7 @@ def test_trtllm_admits_only_requests_whose_whole_output_fits() -> None:
     peaks = {}
     for backend in ("trtllm", "vllm"):
         policy = engine_policy(backend, H100, PLAN.layout)
-        reqs, _, _, _, _ = _closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stagger=False)
+        reqs = _closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stagger=False).reqs
         peaks[backend] = _peak_running(reqs)
     assert peaks == {"trtllm": 31, "vllm": 64}
 

@@ -120,6 +120,14 @@ def predict(
     slo_tpot_ms: Annotated[
         float | None, typer.Option("--slo-tpot-ms", help="Target: mean time per output token (marks the points).")
     ] = None,
+    exact: Annotated[
+        bool,
+        typer.Option(
+            "--exact",
+            help="Replay every lane even where they queue for a saturated server "
+            "(otherwise two shorter replays stand in for them; docs/perf.md §7).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
@@ -175,7 +183,7 @@ def predict(
                 at.plan, at.decode, at.prefill_workers, at.decode_workers, b, isl, osl, level, params, notes, waiting
             )
         else:
-            pred = run(at.plan, b, isl, osl, level, params, accept, notes, waiting)
+            pred = run(at.plan, b, isl, osl, level, params, accept, notes, waiting, saturated=not exact)
         out = pred.to_dict()
         out["accuracy"] = None
         if band is not None:

@@ -135,10 +135,12 @@ def predict(
     accept_length: float | None = None,
     notes: list[str] | None = None,
     waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
+    saturated: bool = False,
 ) -> Prediction:
     """Closed-loop TTFT/TPOT of ``plan`` at ``concurrency`` lanes of ISL/OSL requests; the two
     regimes' replays run at once where they are long (``replay_aggregated(parallel=True)``), with
-    ``waiting`` (a spinner) entered around them."""
+    ``waiting`` (a spinner) entered around them; ``saturated`` lets lanes that only queue come
+    from shorter replays (``replay_aggregated``; the command's default, ``--exact`` turns it off)."""
     _require_positive(("--isl", isl), ("--osl", osl))
     check_concurrency(concurrency, "--concurrency")
     if not plan.fits:
@@ -151,7 +153,16 @@ def predict(
     if not 1 <= accept <= width:  # also refuses nan
         raise TokenmillError(f"--accept-length must be between 1 and the verify width {width} (got {accept})")
     res = replay_aggregated(
-        plan, backend, isl, osl, concurrency, params, accept_length=accept, parallel=True, waiting=waiting
+        plan,
+        backend,
+        isl,
+        osl,
+        concurrency,
+        params,
+        accept_length=accept,
+        parallel=True,
+        waiting=waiting,
+        saturated=saturated,
     )
     return _prediction(plan, plan, plan.gpus, backend, isl, osl, concurrency, accept, params, res, notes)
 

@@ -61,6 +61,11 @@ every step, and walking every request of every step made the replay's time grow 
 C × min(C, OSL). The decisions and the step times are the request-by-request path's, bit for bit
 (``cohort=False`` runs that path; tests compare them).
 
+**Lanes that only queue** (``saturated=True``, ``predict``'s default; never when recording).
+Where the scheduler's queue is never empty, each lane more only adds to every wait: a regime of
+C lanes then comes from replays of C₁ and 2 C₁ lanes (``_saturated_regime``, ``perf.saturated``),
+under the guards that module states, or is replayed lane by lane.
+
 **Disaggregated serving.** Prefill workers are replayed the same way (requests of one output
 token, and a lane's next request waits out its decode time: (OSL − 1) × TPOT + KV transfer); the
 decode worker is in steady state with its batch spread evenly over contexts ISL..ISL+OSL, so
@@ -108,6 +113,7 @@ from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
 from tokenmill.perf.forked import Forked
 from tokenmill.perf.params import PerfParams
 from tokenmill.perf.roofline import STEP_KEYS, ZERO_FEATURES, CostModel, Features, combine
+from tokenmill.perf.saturated import DEPTH, PROBE_LANES, WaveMeans, extrapolate, shorter_lanes
 from tokenmill.plan.cache_sizes import cache_sizes
 from tokenmill.plan.layout import Layout
 from tokenmill.plan.memory_plan import MemoryPlan
@@ -359,6 +365,18 @@ class _Req:
     req: Request
 
 
+class _Loop(NamedTuple):
+    """One worker's closed loop (``_closed_loop``)."""
+
+    reqs: list[_Req]  # in send order, the measured ones
+    first_wave: int
+    log: StepLog | None
+    executor: _StrideExecutor | SimExecutor
+    notes: list[str]
+    saturated: bool  # the queue never ran empty before the last measured request was sent
+    peak_running: int  # requests the server ran at once, at most
+
+
 @cyclic_gc_paused()
 def _closed_loop(
     plan: MemoryPlan,
@@ -374,12 +392,16 @@ def _closed_loop(
     stride: int | None = None,
     stagger: bool = True,
     cohort: bool = True,
-) -> tuple[list[_Req], int, StepLog | None, _StrideExecutor | SimExecutor, list[str]]:
-    """Run one worker; return its requests (in send order), the first-wave size and the log.
+    budget_lanes: int | None = None,
+) -> _Loop:
+    """Run one worker; return its requests (in send order), the first-wave size, the log and
+    whether the scheduler's queue stayed saturated.
 
     With ``stagger`` the first wave's lanes are desynchronised (see the module docstring): lane i
     asks for ⌈OSL·(i+1)/C⌉ tokens, or (one-token requests) waits (i+1)/C of its think time after
-    the first answer, so later waves arrive spread as in a long-running benchmark."""
+    the first answer, so later waves arrive spread as in a long-running benchmark.
+    ``budget_lanes`` sizes a mixed engine's prefill budget for that many lanes instead (a shorter
+    replay standing in for a longer one, ``perf.saturated``)."""
     notes: list[str] = []
     opts = SimOptions(chunk_tokens=policy.chunk_tokens, mixed_chunk=policy.mixed_chunk, perf=params)
     config = replace(
@@ -396,7 +418,7 @@ def _closed_loop(
     if policy.mixed_chunk:
         # the engine's token budget per step is shared with the decodes it carries
         per_rank = policy.chunk_tokens // plan.layout.dp_attention
-        running = -(-lanes // plan.layout.dp_attention)
+        running = -(-(budget_lanes or lanes) // plan.layout.dp_attention)
         budget = max(per_rank // 2, per_rank - running) * plan.layout.dp_attention
         config = replace(config, chunk_tokens=budget)
     log = StepLog() if record else None
@@ -407,7 +429,9 @@ def _closed_loop(
         executor = _StrideExecutor(cost, params, log)
         # every decoding request advances by the same k: the decode batch as one cohort
         config = replace(config, uniform_decode=cohort)
-    engine = Engine(Scheduler(config), executor)
+    scheduler = Scheduler(config)
+    engine = Engine(scheduler, executor)
+    saturated = True
     first_wave = lanes
     measured = lanes if lanes >= LARGE_WORKER else 2 * lanes
     total = first_wave + measured
@@ -438,6 +462,8 @@ def _closed_loop(
             sent += 1
         if isinstance(executor, _StrideExecutor):
             executor.now = now
+        if sent < total and not scheduler.waiting:
+            saturated = False  # a measured request is still to come and none waits for the server
         out = engine.step(now)
         if out is None:
             if not pending:
@@ -460,7 +486,7 @@ def _closed_loop(
     unfinished = sum(1 for r in reqs if r.req.finish_s is None)
     if unfinished:
         notes.append(f"{unfinished} requests did not finish")
-    return reqs, first_wave, log, executor, notes
+    return _Loop(reqs, first_wave, log, executor, notes, saturated, scheduler.stats.peak_running)
 
 
 def _groups(reqs: list[_Req], first_wave: int) -> list[tuple[list[_Req], float]]:
@@ -594,6 +620,7 @@ class _RegimeRun:
     decode: tuple[float, float] | None  # the drifted replay's mean decode batch and context
     recorded: Recorded | None
     queued: float = 0.0  # of ttft: send to admission
+    shortened: tuple[int, int, int] | None = None  # from replays of (C₁, C₂) lanes, server running ≤ n
 
 
 def _run_regime(
@@ -611,7 +638,7 @@ def _run_regime(
     sync: int,
 ) -> _RegimeRun:
     """Replay one regime (``sync``: lanes in lock step, else drifted apart) and reduce it to means."""
-    reqs, first, log, ex, notes = _closed_loop(
+    loop = _closed_loop(
         plan,
         cost,
         params,
@@ -626,6 +653,7 @@ def _run_regime(
         stagger=not sync,
         cohort=cohort,
     )
+    reqs, first, log = loop.reqs, loop.first_wave, loop.log
     means = _means(reqs, first)
     recorded = None
     if log is not None:
@@ -633,10 +661,105 @@ def _run_regime(
 
         wt, wp = _weights(reqs, first, log, True, True)
         recorded = step_rows(log.features, log.mult, log.step, wt, wp, sync)
-    decode = None
+    decode = _decode_means(loop, sync)
+    return _RegimeRun(means.ttft, means.tpot, means.e2e, means.finished, loop.notes, decode, recorded, means.queued)
+
+
+def _decode_means(loop: _Loop, sync: int) -> tuple[float, float] | None:
+    """The drifted replay's mean decode batch and context (the breakdown ``predict`` prints)."""
+    ex = loop.executor
     if not sync and isinstance(ex, _StrideExecutor) and ex.decode_steps:
-        decode = (ex.decode_batch_sum / ex.decode_steps, ex.decode_ctx_sum / ex.decode_steps)
-    return _RegimeRun(means.ttft, means.tpot, means.e2e, means.finished, notes, decode, recorded, means.queued)
+        return (ex.decode_batch_sum / ex.decode_steps, ex.decode_ctx_sum / ex.decode_steps)
+    return None
+
+
+def _wave_means(loop: _Loop, staggered: bool) -> list[WaveMeans]:
+    """A replay's measured waves as ``perf.saturated`` takes them; with ``staggered``, the first
+    wave's mean seconds from first token to last by output length."""
+    out = []
+    for i, (group, gw) in enumerate(_groups(loop.reqs, loop.first_wave)):
+        n = len(group)
+        ttft = sum([(r.req.first_token_s or 0.0) - r.send_s for r in group]) / n
+        e2e = sum([(r.req.finish_s or 0.0) - r.send_s for r in group]) / n
+        queued = sum([max(0.0, (r.req.admitted_s or r.send_s) - r.send_s) for r in group]) / n
+        spans = [(r.req.output_len, (r.req.finish_s or 0.0) - (r.req.first_token_s or 0.0)) for r in group]
+        tpots = [d / (k - 1) for k, d in spans if k > 1]
+        by_length: dict[int, list[float]] = {}
+        if staggered and i == 0 and loop.first_wave:
+            for k, d in spans:
+                if k > 1:
+                    by_length.setdefault(k, []).append(d)
+        decode_s = {k: sum(v) / len(v) for k, v in by_length.items()}
+        out.append(WaveMeans(gw, ttft, e2e, queued, sum(tpots) / len(tpots) if tpots else 0.0, decode_s))
+    return out
+
+
+def _saturated_regime(
+    plan: MemoryPlan,
+    cost: CostModel,
+    params: PerfParams,
+    policy: EnginePolicy,
+    isl: int,
+    osl: int,
+    lanes: int,
+    accept_length: float,
+    stride: int | None,
+    cohort: bool,
+    sync: int,
+) -> _RegimeRun | None:
+    """One regime of ``lanes`` lanes from two shorter replays where its server is saturated
+    (``perf.saturated``): a probe of ``PROBE_LANES`` lanes says how many requests the server runs
+    at once, then replays of C₁ ≥ ``DEPTH`` × that and 2 C₁ lanes, both with a queue at every
+    step. None where the point is too short to gain or a replay was not saturated: the caller
+    replays every lane then."""
+
+    def loop(c: int) -> _Loop:
+        return _closed_loop(
+            plan, cost, params, policy, isl, osl, c, 0.0, accept_length,
+            stride=stride, stagger=not sync, cohort=cohort, budget_lanes=lanes,
+        )  # fmt: skip
+
+    if shorter_lanes(1, lanes) is None or (not sync and 1 < osl < lanes):
+        return None  # too short to gain, or staggered lengths shared by lanes (``extrapolate``)
+    short = loop(PROBE_LANES)
+    c1 = shorter_lanes(short.peak_running, lanes)
+    if c1 is None:
+        return None
+    if c1 != PROBE_LANES:
+        short = loop(c1)
+    long = loop(2 * c1)
+    if not all(x.saturated and DEPTH * x.peak_running <= c1 for x in (short, long)):
+        return None
+    staggered = osl if not sync and osl > 1 else None
+    waves = extrapolate(_wave_means(short, not sync), _wave_means(long, not sync), c1, 2 * c1, lanes, staggered)
+    if waves is None:
+        return None
+    notes = [n for n in short.notes if n not in long.notes] + long.notes
+    return _RegimeRun(
+        sum(w.weight * w.ttft for w in waves),
+        sum(w.weight * w.tpot for w in waves),
+        sum(w.weight * w.e2e for w in waves),
+        len(short.reqs) + len(long.reqs),
+        notes,
+        _decode_means(long, sync),
+        None,
+        sum(w.weight * w.queued for w in waves),
+        (c1, 2 * c1, long.peak_running),
+    )
+
+
+def _saturated_note(lanes: int, runs: dict[int, _RegimeRun]) -> list[str]:
+    """Say which regimes came from shorter replays (``_saturated_regime``), and from which."""
+    by: dict[tuple[int, int, int], list[str]] = {}
+    for sync, run in sorted(runs.items(), reverse=True):
+        if run.shortened is not None:
+            by.setdefault(run.shortened, []).append("in lock step" if sync else "drifted apart")
+    return [
+        f"{lanes:,} lanes {' and '.join(names)} from replays of {c1} and {c2}: there the server ran at most "
+        f"{peak} requests at once with more queued at every step, so further lanes only wait longer "
+        "(docs/perf.md §7; --exact replays them all)"
+        for (c1, c2, peak), names in by.items()
+    ]
 
 
 def replay_aggregated(
@@ -652,6 +775,7 @@ def replay_aggregated(
     cohort: bool = True,
     parallel: bool = False,
     waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
+    saturated: bool = False,
 ) -> ReplayResult:
     """Closed loop of ``concurrency`` lanes over the plan's workers (one worker replayed);
     ``stride`` overrides the macro-step length (1: every decode step is run); ``cohort=False``
@@ -660,7 +784,10 @@ def replay_aggregated(
     ``PARALLEL_LANES`` prompt chunks per wave up and where a fork can help (``perf.forked``): the same
     result, sooner. Calibration leaves it off (its rows already run in parallel). ``waiting`` is
     entered around the replays, after any fork (a terminal's spinner: its thread must not exist
-    when the process forks, ``perf.forked``)."""
+    when the process forks, ``perf.forked``). ``saturated`` lets a regime whose server is
+    saturated come from two shorter replays (``_saturated_regime``, never when recording): the
+    same figures in lock step, within a few tenths of a percent of TTFT and ~3 % of TPOT with the
+    lanes drifted apart, and a bounded time where many lanes queue for a pool of a few requests."""
     if not plan.fits:
         raise TokenmillError(f"cannot replay: {plan.reason}")
     check_concurrency(concurrency)
@@ -675,11 +802,16 @@ def replay_aggregated(
     syncs = _regimes(share, record)
 
     def run(sync: int) -> _RegimeRun:
+        if saturated and not record:
+            short = _saturated_regime(plan, cost, params, policy, isl, osl, lanes, accept_length, stride, cohort, sync)
+            if short is not None:
+                return short
         return _run_regime(plan, cost, params, policy, isl, osl, lanes, accept_length, record, stride, cohort, sync)
 
     per_rank = policy.chunk_tokens // plan.layout.dp_attention
     fork = parallel and not record and worth_forking(lanes, isl, per_rank)
     runs = _replay_regimes(run, syncs, fork, waiting)
+    notes += _saturated_note(lanes, runs)
     ttft = tpot = e2e = 0.0
     measured = 0
     recorded = None
@@ -809,9 +941,8 @@ def replay_disaggregated(
     syncs = _regimes(share, record)
 
     def run(sync: int, think: float) -> _PrefillRun:
-        reqs, first, log, _, more = _closed_loop(
-            prefill_plan, pcost, params, policy, isl, 1, lanes, think, record=record, stagger=not sync
-        )
+        loop = _closed_loop(prefill_plan, pcost, params, policy, isl, 1, lanes, think, record=record, stagger=not sync)
+        reqs, first, log, more = loop.reqs, loop.first_wave, loop.log, loop.notes
         kept = (reqs, first, log) if log is not None else None
         means = _means(reqs, first)
         return _PrefillRun(means.ttft, len(reqs) - first, more, kept, means.queued)

@@ -1,0 +1,143 @@
+"""More lanes on a saturated server: a closed loop's means from two shorter replays.
+
+Why: a replay's time grows with the requests it serves, 2–3 × the lanes, each costing its prompt's
+chunks and ~50 decode events. Where the pool holds a few requests and the lanes queue for it
+(131,072-token prompts from 512 lanes: the pool of Kimi-K3 on 8 × B300 holds 4 of them), every
+request beyond those few only waits, and the replay spends seconds, minutes for million-token
+prompts, computing queueing delays that grow like the lanes.
+
+When the scheduler's waiting queue never runs empty, its admissions look only at the head of the
+queue, so the server runs the same steps at any number of lanes beyond that: a closed loop of C
+lanes around it is one queue, and each lane more adds one request's service time,
+1 / throughput, to every steady-state wait and half of it to the first wave's mean (a burst of C
+that the server works through in order). The means are then affine in C and two replays at
+C₁ and C₂ = 2 C₁ lanes give them at any C. TPOT does not grow with the queue: the steady waves'
+is C₂'s. The first wave's differs where the replay staggers its lengths (lane i of C asks for
+⌈OSL·(i + 1)/C⌉ tokens, ``replay._closed_loop``): its mean is over C's lengths, which the
+shorter replays do not have, so it is computed from the seconds each of their first-wave
+requests took from first token to last, interpolated by length (piecewise linear in the output
+length, which is what a request of n tokens takes: its share of the steps it decodes in).
+
+The replays at C₁ and C₂ must be saturated (``Loop.saturated``: the queue non-empty at every
+step until the last measured request was sent) and C₁ at least ``DEPTH`` × the requests the
+server ran at once, from which the staggered first wave's lengths are fine enough that its
+transient washes out the same way at C₁, C₂ and C. In lock step the result is the full replay's
+to rounding; with staggered lengths within a few tenths of a percent in TTFT and up to ~3 % in
+TPOT, where the full replay's own steady state differs by that much between lane counts
+(docs/perf.md §7, ``benchmarks/saturated_check.py``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["AGREE", "DEPTH", "PROBE_LANES", "WaveMeans", "extrapolate", "shorter_lanes", "staggered_tpot"]
+
+#: Lanes of the first shorter replay tried: it also measures how many requests the server runs.
+PROBE_LANES = 32
+#: The shorter replay's lanes are at least this many times the requests the server runs at once,
+#: and the point's lanes at least this many times the shorter replay's (so two of them cost at
+#: most 3/8 of the full replay).
+DEPTH = 8
+#: How closely the two shorter replays must agree where the means should not depend on the lanes:
+#: the steady waves' TPOT, and the staggered first wave's TPOT at C₂ lanes as interpolated from C₁'s.
+AGREE = 0.01
+
+
+def shorter_lanes(running: int, lanes: int) -> int | None:
+    """The first shorter replay's lanes for a server that ran ``running`` requests at once, a
+    multiple of ``PROBE_LANES``; None where a point of ``lanes`` lanes is too short to gain."""
+    c1 = max(PROBE_LANES, -(-DEPTH * running // PROBE_LANES) * PROBE_LANES)
+    return c1 if DEPTH * c1 <= lanes else None
+
+
+@dataclass(frozen=True)
+class WaveMeans:
+    """One measured wave of a replay (``replay._groups``): its weight in the benchmark's means,
+    its mean TTFT, request latency, wait for admission and TPOT (seconds), and, for staggered
+    first waves, the mean seconds from first token to last by output length (tokens > 1)."""
+
+    weight: float
+    ttft: float
+    e2e: float
+    queued: float
+    tpot: float
+    decode_s: dict[int, float] = field(default_factory=dict)
+
+
+def _affine(a: float, b: float, c1: int, c2: int, lanes: int) -> float:
+    return b + (b - a) * (lanes - c2) / (c2 - c1)
+
+
+def _interpolate(xs: Sequence[int], ys: Sequence[float], x: int) -> float:
+    """Piecewise-linear through (xs, ys) (xs ascending, at least two), extended linearly past
+    either end."""
+    j = bisect.bisect_left(xs, x)
+    if j < len(xs) and xs[j] == x:
+        return ys[j]
+    j = min(max(j, 1), len(xs) - 1)
+    x0, x1, y0, y1 = xs[j - 1], xs[j], ys[j - 1], ys[j]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def staggered_tpot(decode_s: dict[int, float], osl: int, lanes: int) -> float | None:
+    """Mean TPOT of a first wave of ``lanes`` requests asking ⌈OSL·(i + 1)/lanes⌉ tokens, from
+    the seconds first token to last of requests by length; None with fewer than two lengths."""
+    if len(decode_s) < 2:
+        return None
+    xs = sorted(decode_s)
+    ys = [decode_s[n] for n in xs]
+    counts: dict[int, int] = {}
+    for i in range(lanes):
+        n = max(1, -(-osl * (i + 1) // lanes))
+        if n > 1:
+            counts[n] = counts.get(n, 0) + 1
+    if not counts:
+        return 0.0
+    total = sum(k * _interpolate(xs, ys, n) / (n - 1) for n, k in counts.items())
+    return total / sum(counts.values())
+
+
+def _reciprocal(a: float, b: float, c1: int, c2: int, lanes: int) -> float:
+    """Through (1/c1, a) and (1/c2, b), at 1/lanes: a mean of the form A + B / lanes."""
+    return b + (b - a) * (1 / lanes - 1 / c2) / (1 / c2 - 1 / c1)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= AGREE * abs(b)
+
+
+def extrapolate(
+    a: Sequence[WaveMeans], b: Sequence[WaveMeans], c1: int, c2: int, lanes: int, staggered: int | None
+) -> list[WaveMeans] | None:
+    """The waves of a replay of ``lanes`` lanes from saturated replays at ``c1`` and ``c2`` (see
+    the module doc); ``staggered`` is the OSL where the first wave's lengths are staggered.
+    None where the two replays do not bear it out: different waves, steady waves whose TPOTs
+    differ, or staggered lengths whose interpolation from ``c1``'s first wave misses ``c2``'s
+    (each by more than ``AGREE``), or more staggered lanes than output tokens (lanes then share
+    lengths, and what a request takes depends on where it sits among those of its length)."""
+    if len(a) != 2 or len(b) != 2 or c2 <= c1 or (staggered is not None and lanes > staggered):
+        return None
+    (xf, xs), (yf, ys) = a, b
+    if not _close(xs.tpot, ys.tpot):
+        return None
+    if staggered is None:
+        first_tpot = _reciprocal(xf.tpot, yf.tpot, c1, c2, lanes)
+    else:
+        check = staggered_tpot(xf.decode_s, staggered, c2)
+        first = staggered_tpot({**xf.decode_s, **yf.decode_s}, staggered, lanes)
+        if check is None or first is None or not _close(check, yf.tpot):
+            return None
+        first_tpot = first
+    return [
+        WaveMeans(
+            y.weight,
+            _affine(x.ttft, y.ttft, c1, c2, lanes),
+            _affine(x.e2e, y.e2e, c1, c2, lanes),
+            _affine(x.queued, y.queued, c1, c2, lanes),
+            tpot,
+        )
+        for x, y, tpot in ((xf, yf, first_tpot), (xs, ys, ys.tpot))
+    ]
