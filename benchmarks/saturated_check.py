@@ -23,173 +23,36 @@ from tokenmill.perf.replay import ReplayResult, replay_aggregated
 from tokenmill.plan import Layout, plan_memory
 from tokenmill.spec import load_model
 
-POINTS = [  # (label, model, gpu, gpus, layout, backend, isl, osl, concurrency)
-    (
-        "K3 8×B300 TP8, 131,072/1,024, C=512",
-        "kimi-k3",
-        "b300",
-        8,
-        Layout(tp=8, pool_ratio=1.1),
-        "sglang",
-        131072,
-        1024,
-        512,
-    ),
-    (
-        "K3 8×B300 TP8, 131,072/1,024, C=1,024",
-        "kimi-k3",
-        "b300",
-        8,
-        Layout(tp=8, pool_ratio=1.1),
-        "sglang",
-        131072,
-        1024,
-        1024,
-    ),
-    (
-        "K3 8×B300 TP8, 118,000/512, C=512",
-        "kimi-k3",
-        "b300",
-        8,
-        Layout(tp=8, pool_ratio=1.1),
-        "sglang",
-        118000,
-        512,
-        512,
-    ),
-    (
-        "DeepSeek-R1 8×H200 TP8, 131,072/1,024, C=512",
-        "deepseek-r1",
-        "h200",
-        8,
-        Layout(tp=8),
-        "sglang",
-        131072,
-        1024,
-        512,
-    ),
-    (
-        "DeepSeek-R1 8×H200 TP8, 32,768/2,048, C=1,024",
-        "deepseek-r1",
-        "h200",
-        8,
-        Layout(tp=8),
-        "sglang",
-        32768,
-        2048,
-        1024,
-    ),
-    (
-        "Llama-3.1-8B 1×H100, 131,072/96, C=256 SGLang",
-        "llama-3.1-8b",
-        "h100",
-        1,
-        Layout(tp=1),
-        "sglang",
-        131072,
-        96,
-        256,
-    ),
-    (
-        "Llama-3.1-8B 1×H100, 131,072/1,024, C=512 vLLM",
-        "llama-3.1-8b",
-        "h100",
-        1,
-        Layout(tp=1),
-        "vllm",
-        131072,
-        1024,
-        512,
-    ),
-    (
-        "Llama-3.1-70B 4×H100 TP4, 131,072/1,024, C=512 vLLM",
-        "llama-3.1-70b",
-        "h100",
-        4,
-        Layout(tp=4),
-        "vllm",
-        131072,
-        1024,
-        512,
-    ),
-    (
-        "Llama-3.1-70B 4×H100 TP4, 32,768/1,024, C=1,024 vLLM",
-        "llama-3.1-70b",
-        "h100",
-        4,
-        Layout(tp=4),
-        "vllm",
-        32768,
-        1024,
-        1024,
-    ),
-    (
-        "Qwen3-32B 2×H100 TP2, 131,072/512, C=512 TRT-LLM",
-        "qwen3-32b",
-        "h100",
-        2,
-        Layout(tp=2),
-        "trtllm",
-        131072,
-        512,
-        512,
-    ),
-    (
-        "Qwen3-32B 2×H100 TP2, 32,768/1,024, C=1,024 TRT-LLM",
-        "qwen3-32b",
-        "h100",
-        2,
-        Layout(tp=2),
-        "trtllm",
-        32768,
-        1024,
-        1024,
-    ),
-    (
-        "gpt-oss-120b 1×B200, 131,072/1,024, C=1,024 vLLM",
-        "gpt-oss-120b",
-        "b200",
-        1,
-        Layout(tp=1),
-        "vllm",
-        131072,
-        1024,
-        1024,
-    ),
-    (
-        "gpt-oss-120b 1×B200, 65,536/4,096, C=2,048 vLLM",
-        "gpt-oss-120b",
-        "b200",
-        1,
-        Layout(tp=1),
-        "vllm",
-        65536,
-        4096,
-        2048,
-    ),
-    (
-        "Kimi-Linear 1×H200, 131,072/1,024, C=1,024 SGLang",
-        "kimi-linear-48b-a3b",
-        "h200",
-        1,
-        Layout(tp=1),
-        "sglang",
-        131072,
-        1024,
-        1024,
-    ),
-    (
-        "Nemotron-3-Nano 2×B200 TP2, 1,000,000/4,096, C=512 vLLM",
-        "nemotron-3-nano-30b-a3b",
-        "b200",
-        2,
-        Layout(tp=2),
-        "vllm",
-        1_000_000,
-        4096,
-        512,
-    ),
-]
+#: model, GPU, GPUs, TP, pool ratio (- for the default), engine, ISL, OSL, concurrency
+POINTS = """
+kimi-k3 b300 8 8 1.1 sglang 131072 1024 512
+kimi-k3 b300 8 8 1.1 sglang 131072 1024 1024
+kimi-k3 b300 8 8 1.1 sglang 118000 512 512
+deepseek-r1 h200 8 8 - sglang 131072 1024 512
+deepseek-r1 h200 8 8 - sglang 32768 2048 1024
+llama-3.1-8b h100 1 1 - sglang 131072 96 256
+llama-3.1-8b h100 1 1 - vllm 131072 1024 512
+llama-3.1-70b h100 4 4 - vllm 131072 1024 512
+llama-3.1-70b h100 4 4 - vllm 32768 1024 1024
+qwen3-32b h100 2 2 - trtllm 131072 512 512
+qwen3-32b h100 2 2 - trtllm 32768 1024 1024
+gpt-oss-120b b200 1 1 - vllm 131072 1024 1024
+gpt-oss-120b b200 1 1 - vllm 65536 4096 2048
+kimi-linear-48b-a3b h200 1 1 - sglang 131072 1024 1024
+nemotron-3-nano-30b-a3b b200 2 2 - vllm 1000000 4096 512
+"""
+
+
+def _points() -> list[tuple[str, str, str, int, Layout, str, int, int, int]]:
+    out = []
+    for line in POINTS.split("\n"):
+        if not line.strip():
+            continue
+        model, gpu, gpus, tp, ratio, backend, isl, osl, c = line.split()
+        layout = Layout(tp=int(tp), pool_ratio=None if ratio == "-" else float(ratio))
+        label = f"{model} {gpus}×{gpu.upper()} TP{tp}, {int(isl):,}/{int(osl):,}, C={int(c):,} {backend}"
+        out.append((label, model, gpu, int(gpus), layout, backend, int(isl), int(osl), int(c)))
+    return out
 
 
 def _timed(
@@ -206,7 +69,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = []
-    for label, model, gpu, gpus, layout, backend, isl, osl, c in POINTS:
+    for label, model, gpu, gpus, layout, backend, isl, osl, c in _points():
         if args.match.lower() not in label.lower():
             continue
         plan = plan_memory(load_model(model, None), load_gpu_flag(gpu), gpus, layout)

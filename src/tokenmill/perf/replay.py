@@ -623,36 +623,46 @@ class _RegimeRun:
     shortened: tuple[int, int, int] | None = None  # from replays of (C₁, C₂) lanes, server running ≤ n
 
 
-def _run_regime(
-    plan: MemoryPlan,
-    cost: CostModel,
-    params: PerfParams,
-    policy: EnginePolicy,
-    isl: int,
-    osl: int,
-    lanes: int,
-    accept_length: float,
-    record: bool,
-    stride: int | None,
-    cohort: bool,
-    sync: int,
-) -> _RegimeRun:
+@dataclass(frozen=True)
+class _Point:
+    """What a point's regimes share: the worker's plan, cost model, constants and engine policy,
+    the lengths and lanes, and how the replay runs (``replay_aggregated``'s arguments)."""
+
+    plan: MemoryPlan
+    cost: CostModel
+    params: PerfParams
+    policy: EnginePolicy
+    isl: int
+    osl: int
+    lanes: int
+    accept_length: float
+    stride: int | None
+    cohort: bool
+
+    def loop(self, sync: int, lanes: int | None = None, record: bool = False) -> _Loop:
+        """The closed loop of one regime (``sync``: lanes in lock step, else drifted apart), at
+        ``lanes`` lanes standing in for the point's (``perf.saturated``) or at the point's."""
+        return _closed_loop(
+            self.plan,
+            self.cost,
+            self.params,
+            self.policy,
+            self.isl,
+            self.osl,
+            lanes or self.lanes,
+            0.0,
+            self.accept_length,
+            record=record,
+            stride=self.stride,
+            stagger=not sync,
+            cohort=self.cohort,
+            budget_lanes=self.lanes,
+        )
+
+
+def _run_regime(point: _Point, sync: int, record: bool) -> _RegimeRun:
     """Replay one regime (``sync``: lanes in lock step, else drifted apart) and reduce it to means."""
-    loop = _closed_loop(
-        plan,
-        cost,
-        params,
-        policy,
-        isl,
-        osl,
-        lanes,
-        0.0,
-        accept_length,
-        record=record,
-        stride=stride,
-        stagger=not sync,
-        cohort=cohort,
-    )
+    loop = point.loop(sync, record=record)
     reqs, first, log = loop.reqs, loop.first_wave, loop.log
     means = _means(reqs, first)
     recorded = None
@@ -694,40 +704,22 @@ def _wave_means(loop: _Loop, staggered: bool) -> list[WaveMeans]:
     return out
 
 
-def _saturated_regime(
-    plan: MemoryPlan,
-    cost: CostModel,
-    params: PerfParams,
-    policy: EnginePolicy,
-    isl: int,
-    osl: int,
-    lanes: int,
-    accept_length: float,
-    stride: int | None,
-    cohort: bool,
-    sync: int,
-) -> _RegimeRun | None:
+def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     """One regime of ``lanes`` lanes from two shorter replays where its server is saturated
     (``perf.saturated``): a probe of ``PROBE_LANES`` lanes says how many requests the server runs
     at once, then replays of C₁ ≥ ``DEPTH`` × that and 2 C₁ lanes, both with a queue at every
     step. None where the point is too short to gain or a replay was not saturated: the caller
     replays every lane then."""
-
-    def loop(c: int) -> _Loop:
-        return _closed_loop(
-            plan, cost, params, policy, isl, osl, c, 0.0, accept_length,
-            stride=stride, stagger=not sync, cohort=cohort, budget_lanes=lanes,
-        )  # fmt: skip
-
+    lanes, osl = point.lanes, point.osl
     if shorter_lanes(1, lanes) is None or (not sync and 1 < osl < lanes):
         return None  # too short to gain, or staggered lengths shared by lanes (``extrapolate``)
-    short = loop(PROBE_LANES)
+    short = point.loop(sync, PROBE_LANES)
     c1 = shorter_lanes(short.peak_running, lanes)
     if c1 is None:
         return None
     if c1 != PROBE_LANES:
-        short = loop(c1)
-    long = loop(2 * c1)
+        short = point.loop(sync, c1)
+    long = point.loop(sync, 2 * c1)
     if not all(x.saturated and DEPTH * x.peak_running <= c1 for x in (short, long)):
         return None
     staggered = osl if not sync and osl > 1 else None
@@ -801,12 +793,14 @@ def replay_aggregated(
     share = params.burst_share
     syncs = _regimes(share, record)
 
+    point = _Point(plan, cost, params, policy, isl, osl, lanes, accept_length, stride, cohort)
+
     def run(sync: int) -> _RegimeRun:
         if saturated and not record:
-            short = _saturated_regime(plan, cost, params, policy, isl, osl, lanes, accept_length, stride, cohort, sync)
+            short = _saturated_regime(point, sync)
             if short is not None:
                 return short
-        return _run_regime(plan, cost, params, policy, isl, osl, lanes, accept_length, record, stride, cohort, sync)
+        return _run_regime(point, sync, record)
 
     per_rank = policy.chunk_tokens // plan.layout.dp_attention
     fork = parallel and not record and worth_forking(lanes, isl, per_rank)
