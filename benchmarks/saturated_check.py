@@ -6,7 +6,10 @@ few requests behind many lanes) come from replays of C₁ and 2 C₁ lanes (``pe
 prints for each the time of each and how far the short answer is from the exact one (TTFT, TPOT
 and request latency, the point's means over both regimes), and which regimes it served.
 
-    .venv/bin/python benchmarks/saturated_check.py [--match TEXT] [--json]
+    .venv/bin/python benchmarks/saturated_check.py [--match TEXT] [--random N [--seed S]] [--json]
+
+``--random N`` compares N random points that are shortened (models, GPUs, TP, engines, 16k–128k
+prompts, 256–4,096 output tokens, 256–1,024 lanes) instead of the fixed ones.
 
 The million-token point (``--match nemotron``) replays for minutes with ``--exact``.
 """
@@ -15,9 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
+from collections.abc import Iterator
+from typing import Any
 
 from tokenmill.cli.options import load_gpu_flag
+from tokenmill.errors import TokenmillError
 from tokenmill.perf.calibrated import load_table
 from tokenmill.perf.replay import ReplayResult, replay_aggregated
 from tokenmill.plan import Layout, plan_memory
@@ -63,20 +70,63 @@ def _timed(
     return time.perf_counter() - t, res
 
 
+RANDOM_MODELS = [
+    "deepseek-r1",
+    "gpt-oss-120b",
+    "kimi-k2",
+    "kimi-k3",
+    "kimi-linear-48b-a3b",
+    "llama-3.1-70b",
+    "llama-3.1-8b",
+    "minimax-m2.5",
+    "nemotron-3-nano-30b-a3b",
+    "qwen3-235b-a22b-fp8",
+    "qwen3-30b-a3b",
+    "qwen3-32b",
+]
+
+
+def _random_points(n: int, seed: int) -> Iterator[tuple[str, str, str, int, Layout, str, int, int, int]]:
+    """Random points (model, GPU, GPUs, TP, engine, lengths, lanes) that fit, their lanes
+    shortened or not: the caller keeps the first ``n`` that are."""
+    rng = random.Random(seed)
+    while True:
+        model, gpu = rng.choice(RANDOM_MODELS), rng.choice(["h100", "h200", "b200", "b300"])
+        backend = rng.choice(["sglang", "vllm", "trtllm"])
+        gpus = rng.choice([1, 2, 4, 8])
+        tp = rng.choice([t for t in (1, 2, 4, 8) if t <= gpus])
+        isl, osl = rng.choice([16384, 32768, 65536, 131072]), rng.choice([256, 1024, 2048, 4096])
+        c = rng.choice([256, 512, 1024])
+        label = f"{model} {gpus}×{gpu.upper()} TP{tp}, {isl:,}/{osl:,}, C={c:,} {backend}"
+        yield label, model, gpu, gpus, Layout(tp=tp), backend, isl, osl, c
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--match", default="", help="only the points whose label contains this")
+    ap.add_argument("--random", type=int, default=0, help="instead, this many random points that are shortened")
+    ap.add_argument("--seed", type=int, default=0, help="of --random")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rows = []
-    for label, model, gpu, gpus, layout, backend, isl, osl, c in _points():
+    rows: list[dict[str, Any]] = []
+    points = _random_points(args.random, args.seed) if args.random else iter(_points())
+    for label, model, gpu, gpus, layout, backend, isl, osl, c in points:
         if args.match.lower() not in label.lower():
             continue
+        if args.random and len(rows) >= args.random:
+            break
         plan = plan_memory(load_model(model, None), load_gpu_flag(gpu), gpus, layout)
+        if not plan.fits:
+            continue
         params, _ = load_table(None).resolve(gpu, backend, None)
-        t_short, short = _timed(plan, backend, isl, osl, c, params, True)
-        t_exact, exact = _timed(plan, backend, isl, osl, c, params, False)
+        try:
+            t_short, short = _timed(plan, backend, isl, osl, c, params, True)
+        except TokenmillError:
+            continue  # a random point the replay refuses (a prompt larger than the pool)
         used = [n.split(" from replays of")[0].split(" lanes ")[1] for n in short.notes if "from replays of" in n]
+        if args.random and not used:
+            continue
+        t_exact, exact = _timed(plan, backend, isl, osl, c, params, False)
         row = {
             "point": label,
             "short_s": round(t_short, 2),
@@ -95,8 +145,11 @@ def main() -> None:
                 + " ".join(f"{k} {row[f'{k}_error_pct']:+.3f} %" for k in ("ttft", "tpot", "e2e")),
                 flush=True,
             )
+    worst = {k: max((abs(r[f"{k}_error_pct"]) for r in rows), default=0.0) for k in ("ttft", "tpot", "e2e")}
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"points": rows, "worst_abs_error_pct": worst}, indent=1))
+    else:
+        print(f"{len(rows)} points; largest errors: " + ", ".join(f"{k} {v:.3f} %" for k, v in worst.items()))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from tokenmill.cli import app
 from tokenmill.cli.options import load_gpu_flag
 from tokenmill.perf.calibrated import load_table
-from tokenmill.perf.replay import replay_aggregated
+from tokenmill.perf.replay import _closed_loop, engine_policy, replay_aggregated
+from tokenmill.perf.roofline import CostModel
 from tokenmill.perf.saturated import AGREE, WaveMeans, extrapolate, shorter_lanes, staggered_tpot
 from tokenmill.plan import Layout, plan_memory
 from tokenmill.spec import load_model
@@ -52,8 +53,20 @@ def test_staggered_tpot_is_exact_for_decode_times_linear_in_the_length(
     decode_s = {n: a + b * (n - 1) for n in knots}
     ns = [max(1, -(-osl * (i + 1) // lanes)) for i in range(lanes)]
     tpots = [(a + b * (n - 1)) / (n - 1) for n in ns if n > 1]
-    got = staggered_tpot(decode_s, osl, lanes)
+    head = {n: a + b * (n - 1) for n in ns if 1 < n < min(knots)}  # measured, not interpolated
+    got = staggered_tpot(decode_s, osl, lanes, head)
     assert got == pytest.approx(sum(tpots) / len(tpots) if tpots else 0.0, rel=1e-9, abs=1e-12)
+    if head:  # a length below the knots must be measured
+        assert staggered_tpot(decode_s, osl, lanes) is None
+
+
+def test_staggered_tpot_takes_the_lengths_below_the_knots_as_measured() -> None:
+    # 8 lanes of OSL 16 ask 2, 4, …, 16; knots from 8 up; the first three lanes were replayed and
+    # took 1 s each (they ended before the next prompt's chunks were through), far off the line
+    knots = {8: 10.0, 16: 18.0}  # 3 + (n − 1) s
+    head = {2: 1.0, 4: 1.0, 6: 1.0}
+    want = (1 / 1 + 1 / 3 + 1 / 5 + sum((3 + n - 1) / (n - 1) for n in (8, 10, 12, 14, 16))) / 8
+    assert staggered_tpot(knots, 16, 8, head) == pytest.approx(want, rel=1e-12)
 
 
 def _waves(c: int, first_tpot: float, steady_tpot: float, decode_s: dict[int, float] | None = None) -> list[WaveMeans]:
@@ -100,6 +113,20 @@ def test_extrapolate_refuses_what_the_two_replays_do_not_bear_out() -> None:
 LLAMA_8B = plan_memory(load_model("llama-3.1-8b", None), load_gpu_flag("h100"), 1, Layout(tp=1))
 PARAMS = load_table(None).resolve("h100", "sglang", None)[0]
 SHORT_NOTE = "from replays of"
+
+
+def test_a_replay_stopped_after_its_first_requests_gives_their_times_to_the_bit() -> None:
+    """The start of a replay, stopped once its first requests finished (``head``), is the full
+    replay's start: the times of those requests are equal."""
+    cost = CostModel(LLAMA_8B.model, LLAMA_8B.gpu, LLAMA_8B.layout, PARAMS)
+    policy = engine_policy("sglang", LLAMA_8B.gpu, LLAMA_8B.layout)
+    full = _closed_loop(LLAMA_8B, cost, PARAMS, policy, 131072, 256, 64)
+    start = _closed_loop(LLAMA_8B, cost, PARAMS, policy, 131072, 256, 64, head=5)
+    times = [(r.req.admitted_s, r.req.first_token_s, r.req.finish_s) for r in full.reqs[:5]]
+    assert [(r.req.admitted_s, r.req.first_token_s, r.req.finish_s) for r in start.reqs[:5]] == times
+    assert all(t is not None for t in times[-1])
+    assert sum(r.req.finish_s is not None for r in start.reqs) < len(full.reqs) / 4  # it stopped early
+    assert not [n for n in start.notes if "did not finish" in n]
 
 
 def test_a_saturated_point_from_shorter_replays_against_every_lane() -> None:

@@ -113,7 +113,7 @@ from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
 from tokenmill.perf.forked import Forked
 from tokenmill.perf.params import PerfParams
 from tokenmill.perf.roofline import STEP_KEYS, ZERO_FEATURES, CostModel, Features, combine
-from tokenmill.perf.saturated import DEPTH, PROBE_LANES, WaveMeans, extrapolate, shorter_lanes
+from tokenmill.perf.saturated import DEPTH, PROBE_LANES, WaveMeans, extrapolate, shorter_lanes, staggered_lengths
 from tokenmill.plan.cache_sizes import cache_sizes
 from tokenmill.plan.layout import Layout
 from tokenmill.plan.memory_plan import MemoryPlan
@@ -393,6 +393,7 @@ def _closed_loop(
     stagger: bool = True,
     cohort: bool = True,
     budget_lanes: int | None = None,
+    head: int = 0,
 ) -> _Loop:
     """Run one worker; return its requests (in send order), the first-wave size, the log and
     whether the scheduler's queue stayed saturated.
@@ -401,7 +402,8 @@ def _closed_loop(
     asks for ⌈OSL·(i+1)/C⌉ tokens, or (one-token requests) waits (i+1)/C of its think time after
     the first answer, so later waves arrive spread as in a long-running benchmark.
     ``budget_lanes`` sizes a mixed engine's prefill budget for that many lanes instead (a shorter
-    replay standing in for a longer one, ``perf.saturated``)."""
+    replay standing in for a longer one, ``perf.saturated``); with ``head`` the replay stops once
+    its first ``head`` requests have finished (their times are the full replay's)."""
     notes: list[str] = []
     opts = SimOptions(chunk_tokens=policy.chunk_tokens, mixed_chunk=policy.mixed_chunk, perf=params)
     config = replace(
@@ -440,6 +442,7 @@ def _closed_loop(
     # in the benchmark's middle waves, not in the draining batch of its last one
     keep_full = total + lanes
     left = total
+    head_left = head
     reqs: list[_Req] = []
     pending: list[tuple[float, int]] = [(0.0, i) for i in range(lanes)]
     heapq.heapify(pending)
@@ -475,16 +478,18 @@ def _closed_loop(
             i = by_rid[req.rid]
             if i < total:
                 left -= 1
+            if i < head:
+                head_left -= 1
             if sent + len(pending) < keep_full:
                 wait = think_s
                 if stagger and i < lanes and new_tokens == 1:
                     wait = think_s * (i + 1) / lanes
                 heapq.heappush(pending, (now + wait, sent + len(pending)))
-        if left <= 0:
+        if left <= 0 or (head and head_left <= 0):
             break
     reqs = reqs[:total]  # the extra wave is not measured
     unfinished = sum(1 for r in reqs if r.req.finish_s is None)
-    if unfinished:
+    if unfinished and not head:
         notes.append(f"{unfinished} requests did not finish")
     return _Loop(reqs, first_wave, log, executor, notes, saturated, scheduler.stats.peak_running)
 
@@ -639,9 +644,10 @@ class _Point:
     stride: int | None
     cohort: bool
 
-    def loop(self, sync: int, lanes: int | None = None, record: bool = False) -> _Loop:
+    def loop(self, sync: int, lanes: int | None = None, record: bool = False, head: int = 0) -> _Loop:
         """The closed loop of one regime (``sync``: lanes in lock step, else drifted apart), at
-        ``lanes`` lanes standing in for the point's (``perf.saturated``) or at the point's."""
+        ``lanes`` lanes standing in for the point's (``perf.saturated``) or at the point's; with
+        ``head``, only until its first ``head`` requests have finished."""
         return _closed_loop(
             self.plan,
             self.cost,
@@ -657,6 +663,7 @@ class _Point:
             stagger=not sync,
             cohort=self.cohort,
             budget_lanes=self.lanes,
+            head=head,
         )
 
 
@@ -683,6 +690,11 @@ def _decode_means(loop: _Loop, sync: int) -> tuple[float, float] | None:
     return None
 
 
+def _spans(reqs: list[_Req]) -> list[tuple[int, float]]:
+    """(output tokens, seconds from first token to last) of finished requests."""
+    return [(r.req.output_len, (r.req.finish_s or 0.0) - (r.req.first_token_s or 0.0)) for r in reqs]
+
+
 def _wave_means(loop: _Loop, staggered: bool) -> list[WaveMeans]:
     """A replay's measured waves as ``perf.saturated`` takes them; with ``staggered``, the first
     wave's mean seconds from first token to last by output length."""
@@ -692,7 +704,7 @@ def _wave_means(loop: _Loop, staggered: bool) -> list[WaveMeans]:
         ttft = sum([(r.req.first_token_s or 0.0) - r.send_s for r in group]) / n
         e2e = sum([(r.req.finish_s or 0.0) - r.send_s for r in group]) / n
         queued = sum([max(0.0, (r.req.admitted_s or r.send_s) - r.send_s) for r in group]) / n
-        spans = [(r.req.output_len, (r.req.finish_s or 0.0) - (r.req.first_token_s or 0.0)) for r in group]
+        spans = _spans(group)
         tpots = [d / (k - 1) for k, d in spans if k > 1]
         by_length: dict[int, list[float]] = {}
         if staggered and i == 0 and loop.first_wave:
@@ -722,8 +734,17 @@ def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     long = point.loop(sync, 2 * c1)
     if not all(x.saturated and DEPTH * x.peak_running <= c1 for x in (short, long)):
         return None
+    a, b = _wave_means(short, not sync), _wave_means(long, not sync)
     staggered = osl if not sync and osl > 1 else None
-    waves = extrapolate(_wave_means(short, not sync), _wave_means(long, not sync), c1, 2 * c1, lanes, staggered)
+    head: dict[int, float] = {}
+    if staggered is not None and b[0].decode_s:
+        # the first lanes' lengths, shorter than any the two replays had: their own replay's start
+        shortest = min(b[0].decode_s)
+        m = sum(1 for n in staggered_lengths(osl, lanes) if n < shortest)
+        if m:
+            start = point.loop(sync, head=m)
+            head = {k: d for k, d in _spans(start.reqs[:m]) if k > 1}
+    waves = extrapolate(a, b, c1, 2 * c1, lanes, staggered, head)
     if waves is None:
         return None
     notes = [n for n in short.notes if n not in long.notes] + long.notes

@@ -33,7 +33,16 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["AGREE", "DEPTH", "PROBE_LANES", "WaveMeans", "extrapolate", "shorter_lanes", "staggered_tpot"]
+__all__ = [
+    "AGREE",
+    "DEPTH",
+    "PROBE_LANES",
+    "WaveMeans",
+    "extrapolate",
+    "shorter_lanes",
+    "staggered_lengths",
+    "staggered_tpot",
+]
 
 #: Lanes of the first shorter replay tried: it also measures how many requests the server runs.
 PROBE_LANES = 32
@@ -82,22 +91,36 @@ def _interpolate(xs: Sequence[int], ys: Sequence[float], x: int) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-def staggered_tpot(decode_s: dict[int, float], osl: int, lanes: int) -> float | None:
-    """Mean TPOT of a first wave of ``lanes`` requests asking ⌈OSL·(i + 1)/lanes⌉ tokens, from
-    the seconds first token to last of requests by length; None with fewer than two lengths."""
-    if len(decode_s) < 2:
+def staggered_lengths(osl: int, lanes: int) -> list[int]:
+    """The output lengths of a staggered first wave: lane i of ``lanes`` asks ⌈OSL·(i + 1)/lanes⌉."""
+    return [max(1, -(-osl * (i + 1) // lanes)) for i in range(lanes)]
+
+
+def staggered_tpot(knots: dict[int, float], osl: int, lanes: int, head: dict[int, float] | None = None) -> float | None:
+    """Mean TPOT of a staggered first wave of ``lanes`` lanes (``staggered_lengths``; requests of
+    more than one token), from the seconds first token to last of a request of n tokens:
+    interpolated between ``knots`` (piecewise linear, at least two) from the shortest knot up,
+    ``head[n]`` below it, where a request's time is not linear in its length (it may end before
+    the next prompt's chunks are through) and the replay of the point's first lanes measured it.
+    None where a length below the knots is not in ``head``, or with fewer than two knots."""
+    if len(knots) < 2:
         return None
-    xs = sorted(decode_s)
-    ys = [decode_s[n] for n in xs]
-    counts: dict[int, int] = {}
-    for i in range(lanes):
-        n = max(1, -(-osl * (i + 1) // lanes))
-        if n > 1:
-            counts[n] = counts.get(n, 0) + 1
-    if not counts:
-        return 0.0
-    total = sum(k * _interpolate(xs, ys, n) / (n - 1) for n, k in counts.items())
-    return total / sum(counts.values())
+    xs = sorted(knots)
+    ys = [knots[n] for n in xs]
+    below = head or {}
+    total = 0.0
+    count = 0
+    for n in staggered_lengths(osl, lanes):
+        if n <= 1:
+            continue
+        if n < xs[0]:
+            if n not in below:
+                return None
+            total += below[n] / (n - 1)
+        else:
+            total += _interpolate(xs, ys, n) / (n - 1)
+        count += 1
+    return total / count if count else 0.0
 
 
 def _reciprocal(a: float, b: float, c1: int, c2: int, lanes: int) -> float:
@@ -110,14 +133,22 @@ def _close(a: float, b: float) -> bool:
 
 
 def extrapolate(
-    a: Sequence[WaveMeans], b: Sequence[WaveMeans], c1: int, c2: int, lanes: int, staggered: int | None
+    a: Sequence[WaveMeans],
+    b: Sequence[WaveMeans],
+    c1: int,
+    c2: int,
+    lanes: int,
+    staggered: int | None,
+    head: dict[int, float] | None = None,
 ) -> list[WaveMeans] | None:
     """The waves of a replay of ``lanes`` lanes from saturated replays at ``c1`` and ``c2`` (see
-    the module doc); ``staggered`` is the OSL where the first wave's lengths are staggered.
-    None where the two replays do not bear it out: different waves, steady waves whose TPOTs
-    differ, or staggered lengths whose interpolation from ``c1``'s first wave misses ``c2``'s
-    (each by more than ``AGREE``), or more staggered lanes than output tokens (lanes then share
-    lengths, and what a request takes depends on where it sits among those of its length)."""
+    the module doc); ``staggered`` is the OSL where the first wave's lengths are staggered, and
+    ``head`` the seconds first token to last of the point's first lanes, those shorter than any
+    of the two replays' (``staggered_tpot``). None where the two replays do not bear it out:
+    different waves, steady waves whose TPOTs differ, or staggered lengths whose interpolation
+    from ``c1``'s first wave misses ``c2``'s (each by more than ``AGREE``), or more staggered
+    lanes than output tokens (lanes then share lengths, and what a request takes depends on
+    where it sits among those of its length)."""
     if len(a) != 2 or len(b) != 2 or c2 <= c1 or (staggered is not None and lanes > staggered):
         return None
     (xf, xs), (yf, ys) = a, b
@@ -126,8 +157,9 @@ def extrapolate(
     if staggered is None:
         first_tpot = _reciprocal(xf.tpot, yf.tpot, c1, c2, lanes)
     else:
-        check = staggered_tpot(xf.decode_s, staggered, c2)
-        first = staggered_tpot({**xf.decode_s, **yf.decode_s}, staggered, lanes)
+        shortest = min(xf.decode_s, default=0)
+        check = staggered_tpot(xf.decode_s, staggered, c2, {n: d for n, d in yf.decode_s.items() if n < shortest})
+        first = staggered_tpot({**xf.decode_s, **yf.decode_s}, staggered, lanes, head)
         if check is None or first is None or not _close(check, yf.tpot):
             return None
         first_tpot = first
