@@ -125,7 +125,7 @@ def predict(
         typer.Option(
             "--exact",
             help="Replay every lane even where they queue for a saturated server "
-            "(otherwise two shorter replays stand in for them; docs/perf.md §7).",
+            "(otherwise two shorter replays stand in for them; docs/perf.md §2).",
         ),
     ] = False,
     json_out: JsonOpt = False,

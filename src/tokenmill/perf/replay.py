@@ -770,7 +770,7 @@ def _saturated_note(lanes: int, runs: dict[int, _RegimeRun]) -> list[str]:
     return [
         f"{lanes:,} lanes {' and '.join(names)} from replays of {c1} and {c2}: there the server ran at most "
         f"{peak} requests at once with more queued at every step, so further lanes only wait longer "
-        "(docs/perf.md §7; --exact replays them all)"
+        "(docs/perf.md §2; --exact replays them all)"
         for (c1, c2, peak), names in by.items()
     ]
 
@@ -798,9 +798,9 @@ def replay_aggregated(
     result, sooner. Calibration leaves it off (its rows already run in parallel). ``waiting`` is
     entered around the replays, after any fork (a terminal's spinner: its thread must not exist
     when the process forks, ``perf.forked``). ``saturated`` lets a regime whose server is
-    saturated come from two shorter replays (``_saturated_regime``, never when recording): the
-    same figures in lock step, within a few tenths of a percent of TTFT and ~3 % of TPOT with the
-    lanes drifted apart, and a bounded time where many lanes queue for a pool of a few requests."""
+    saturated come from two shorter replays (``_saturated_regime``, never when recording): within
+    0.2 % of replaying every lane in TTFT and, at all but one of the points checked, in TPOT
+    (docs/perf.md §7), in a time that no longer grows with lanes that only queue."""
     if not plan.fits:
         raise TokenmillError(f"cannot replay: {plan.reason}")
     check_concurrency(concurrency)
