@@ -558,22 +558,21 @@ class _Means(NamedTuple):
 def _means(reqs: list[_Req], first_wave: int) -> _Means:
     """The benchmark's mean TTFT, TPOT and request latency (waves weighted as in ``_groups``), and
     how much of the TTFT a request waited before the scheduler admitted it."""
-    groups = _groups(reqs, first_wave)
-    if not groups[0][0]:
+    waves = _wave_means(reqs, first_wave)
+    if not waves[0].count:
         raise TokenmillError("cannot replay: no request finished")
-    ttft = tpot = e2e = queued = 0.0
-    count = 0
-    for group, gw in groups:
-        count += len(group)
-        firsts = [(r.send_s, r.req.first_token_s or 0.0, r.req.finish_s or 0.0, r.req.output_len) for r in group]
-        ttft += gw * sum(f - s for s, f, _, _ in firsts) / len(group)
-        e2e += gw * sum(e - s for s, _, e, _ in firsts) / len(group)
-        tpots = [(e - f) / (n - 1) for _, f, e, n in firsts if n > 1]
-        tpot += gw * (sum(tpots) / len(tpots) if tpots else 0.0)
-        # a finished request was admitted; its first admission counts (a retraction's wait is the
-        # time from admission to first token)
-        queued += gw * sum(max(0.0, (r.req.admitted_s or r.send_s) - r.send_s) for r in group) / len(group)
-    return _Means(ttft, tpot, e2e, count, queued)
+    return _weighted(waves)
+
+
+def _weighted(waves: list[WaveMeans]) -> _Means:
+    """The benchmark's means over its waves, each by its weight."""
+    return _Means(
+        sum(w.weight * w.ttft for w in waves),
+        sum(w.weight * w.tpot for w in waves),
+        sum(w.weight * w.e2e for w in waves),
+        sum(w.count for w in waves),
+        sum(w.weight * w.queued for w in waves),
+    )
 
 
 #: How predict names the regimes (``sync`` 1: lanes in lock step; 0: drifted apart).
@@ -695,24 +694,27 @@ def _spans(reqs: list[_Req]) -> list[tuple[int, float]]:
     return [(r.req.output_len, (r.req.finish_s or 0.0) - (r.req.first_token_s or 0.0)) for r in reqs]
 
 
-def _wave_means(loop: _Loop, staggered: bool) -> list[WaveMeans]:
-    """A replay's measured waves as ``perf.saturated`` takes them; with ``staggered``, the first
-    wave's mean seconds from first token to last by output length."""
+def _wave_means(reqs: list[_Req], first_wave: int, staggered: bool = False) -> list[WaveMeans]:
+    """A replay's measured waves (``_groups``): weight, mean TTFT, latency, wait for admission and
+    TPOT; with ``staggered``, the first wave's mean seconds from first token to last by output
+    length (``perf.saturated``). A finished request was admitted: its first admission counts (a
+    retraction's wait is the time from admission to first token)."""
     out = []
-    for i, (group, gw) in enumerate(_groups(loop.reqs, loop.first_wave)):
-        n = len(group)
+    for i, (group, gw) in enumerate(_groups(reqs, first_wave)):
+        n = max(1, len(group))
         ttft = sum([(r.req.first_token_s or 0.0) - r.send_s for r in group]) / n
         e2e = sum([(r.req.finish_s or 0.0) - r.send_s for r in group]) / n
         queued = sum([max(0.0, (r.req.admitted_s or r.send_s) - r.send_s) for r in group]) / n
         spans = _spans(group)
         tpots = [d / (k - 1) for k, d in spans if k > 1]
         by_length: dict[int, list[float]] = {}
-        if staggered and i == 0 and loop.first_wave:
+        if staggered and i == 0 and first_wave:
             for k, d in spans:
                 if k > 1:
                     by_length.setdefault(k, []).append(d)
         decode_s = {k: sum(v) / len(v) for k, v in by_length.items()}
-        out.append(WaveMeans(gw, ttft, e2e, queued, sum(tpots) / len(tpots) if tpots else 0.0, decode_s))
+        tpot = sum(tpots) / len(tpots) if tpots else 0.0
+        out.append(WaveMeans(gw, ttft, e2e, queued, tpot, decode_s, len(group)))
     return out
 
 
@@ -734,7 +736,8 @@ def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     long = point.loop(sync, 2 * c1)
     if not all(x.saturated and DEPTH * x.peak_running <= c1 for x in (short, long)):
         return None
-    a, b = _wave_means(short, not sync), _wave_means(long, not sync)
+    a = _wave_means(short.reqs, short.first_wave, not sync)
+    b = _wave_means(long.reqs, long.first_wave, not sync)
     staggered = osl if not sync and osl > 1 else None
     head: dict[int, float] = {}
     if staggered is not None and b[0].decode_s:
@@ -748,15 +751,16 @@ def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     if waves is None:
         return None
     notes = [n for n in short.notes if n not in long.notes] + long.notes
+    means = _weighted(waves)
     return _RegimeRun(
-        sum(w.weight * w.ttft for w in waves),
-        sum(w.weight * w.tpot for w in waves),
-        sum(w.weight * w.e2e for w in waves),
-        len(short.reqs) + len(long.reqs),
+        means.ttft,
+        means.tpot,
+        means.e2e,
+        len(short.reqs) + len(long.reqs),  # what was replayed
         notes,
         _decode_means(long, sync),
         None,
-        sum(w.weight * w.queued for w in waves),
+        means.queued,
         (c1, 2 * c1, long.peak_running),
     )
 

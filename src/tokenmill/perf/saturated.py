@@ -70,8 +70,9 @@ def shorter_lanes(running: int, lanes: int) -> int | None:
 @dataclass(frozen=True)
 class WaveMeans:
     """One measured wave of a replay (``replay._groups``): its weight in the benchmark's means,
-    its mean TTFT, request latency, wait for admission and TPOT (seconds), and, for staggered
-    first waves, the mean seconds from first token to last by output length (tokens > 1)."""
+    its mean TTFT, request latency, wait for admission and TPOT (seconds), for staggered first
+    waves the mean seconds from first token to last by output length (tokens > 1), and how many
+    requests it measured."""
 
     weight: float
     ttft: float
@@ -79,6 +80,7 @@ class WaveMeans:
     queued: float
     tpot: float
     decode_s: dict[int, float] = field(default_factory=dict)
+    count: int = 0  # requests measured
 
 
 def _affine(a: float, b: float, c1: int, c2: int, lanes: int) -> float:
@@ -175,6 +177,7 @@ def extrapolate(
             _affine(x.e2e, y.e2e, c1, c2, lanes),
             _affine(x.queued, y.queued, c1, c2, lanes),
             tpot,
+            count=y.count,
         )
         for x, y, tpot in ((xf, yf, first_tpot), (xs, ys, ys.tpot))
     ]
