@@ -417,6 +417,36 @@ def test_predict_disaggregated(capsys: pytest.CaptureFixture[str]) -> None:
         assert code == 2 and message in err, (flags, err)
 
 
+def test_predict_disaggregated_with_the_drafter_and_full_decode_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    """K3 on GB300: six TP8 prefill workers and one decode worker of the seed's Balanced + DSPARK
+    recipe (TP8 × DCP8, ReplaySSM, ratio 6.28). SGLang runs at most 48 requests with speculative
+    decoding by default (seed 000 §2.3), so 256 lanes wait for a decode slot, which the TTFT line
+    names; TPOT is a verify pass over the accepted tokens."""
+    code, out, _ = cli(
+        capsys,
+        "predict",
+        *("--gpu", "gb300", "--gpus", "8", "--isl", "8400", "--osl", "512", "--concurrency", "256"),
+        *("--dcp", "8", "--speculative", "dspark:7", "--replayssm", "--pool-ratio", "6.28"),
+        *("--prefill-workers", "6", "--decode-workers", "1", "--accept-length", "2.7"),
+    )
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert "waiting for a decode slot" in flat and "decode workers full: each holds 48 requests at once (of 256" in flat
+    assert "÷ 2.7 accepted tokens: no prompt shares the decode workers' steps" in flat
+    code, out, _ = cli(
+        capsys,
+        "predict",
+        *("--gpu", "gb300", "--gpus", "8", "--isl", "8400", "--osl", "512", "--concurrency", "256"),
+        *("--dcp", "8", "--speculative", "dspark:7", "--replayssm", "--pool-ratio", "6.28"),
+        *("--prefill-workers", "6", "--decode-workers", "1", "--json"),
+    )
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["accept_length"] == 2.7  # DSPARK's default, as aggregated
+    assert d["decode_step"]["batch"] == 48 and d["ttft_split_ms"]["decode_slot"] > 0
+    assert d["tpot_ms"] == pytest.approx(d["decode_step"]["ms"] / 2.7, rel=0.01)
+
+
 def test_evaluate_predicts_scores_and_skips_with_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
     out = tmp_path / "pred.csv"

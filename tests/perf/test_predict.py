@@ -61,12 +61,61 @@ def test_disaggregated_decode_meets_no_prompt() -> None:
 
 
 def test_disaggregated_refuses_what_it_does_not_model() -> None:
-    r1 = load_model("deepseek-r1")
-    h200 = load_gpu("h200")
-    plain = plan_memory(r1, h200, 8, Layout(tp=8))
-    mtp = plan_memory(r1, h200, 8, Layout(tp=8, speculative=Speculation.parse("mtp:2")))
-    assert plain.fits and mtp.fits
-    with pytest.raises(TokenmillError, match="--speculative"):
-        predict_disaggregated(plain, mtp, 1, 1, "sglang", 2000, 64, 4, PARAMS)
     with pytest.raises(TokenmillError, match="--decode-workers must be a positive integer"):
         predict_disaggregated(PLAN, PLAN, 1, 0, "sglang", 2000, 64, 4, PARAMS)
+    with pytest.raises(TokenmillError, match="--accept-length needs speculative decoding"):
+        predict_disaggregated(PLAN, PLAN, 1, 1, "sglang", 2000, 64, 4, PARAMS, accept_length=2.0)
+
+
+R1, H200 = load_model("deepseek-r1"), load_gpu("h200")
+R1_TP8 = plan_memory(R1, H200, 8, Layout(tp=8))
+R1_MTP = plan_memory(R1, H200, 8, Layout(tp=8, speculative=Speculation.parse("mtp:2")))
+
+
+def test_speculative_decode_workers_verify_the_drafters_width() -> None:
+    """Decode workers with MTP: a step is one verify pass of 3 tokens a request (and the MTP
+    layer's draft passes), and TPOT is that step over the accepted tokens; the drafter's cache of
+    the prompt is handed over with the rest: DeepSeek-R1 keeps 576 bf16 values a token in each of
+    its 61 layers and its MTP layer, 62 × 1,152 B × 2,000 tokens = 142.8 MB."""
+    spec = predict_disaggregated(R1_MTP, R1_MTP, 1, 1, "sglang", 2000, 256, 4, PARAMS, accept_length=2.5)
+    plain = predict_disaggregated(R1_TP8, R1_TP8, 1, 1, "sglang", 2000, 256, 4, PARAMS)
+    assert spec.accept_length == 2.5
+    step = spec.decode_step["seconds"] * 1e3  # the verify pass at the run's batch and context
+    assert spec.tpot_ms == pytest.approx(step / 2.5, rel=0.02)
+    assert spec.decode_step_per_token_ms == pytest.approx(step / 2.5)
+    assert spec.decode_step["breakdown"]["drafter"] > 0 and plain.decode_step["breakdown"]["drafter"] == 0
+    # a verify pass costs more than a plain step (3 tokens a request reach more experts) and
+    # yields 2.5 tokens: faster per token at 4 lanes, as aggregated
+    assert step > plain.decode_step["seconds"] * 1e3
+    assert spec.tpot_ms < plain.tpot_ms
+    agg = predict(R1_MTP, "sglang", 2000, 256, 1, PARAMS, accept_length=2.5)
+    one = predict_disaggregated(R1_MTP, R1_MTP, 1, 1, "sglang", 2000, 256, 1, PARAMS, accept_length=2.5)
+    assert one.decode_step_per_token_ms == pytest.approx(agg.decode_step_per_token_ms, rel=0.01)
+    assert any("KV hand-over 142.8 MB per request" in n for n in spec.notes)
+    assert any("KV hand-over 140.5 MB per request" in n for n in plain.notes)  # 61 × 1,152 B × 2,000
+    # the default accept length is the drafter's (MTP: 1 + 0.75 per draft step), as aggregated
+    assert predict_disaggregated(R1_MTP, R1_MTP, 1, 1, "sglang", 2000, 256, 4, PARAMS).accept_length == 2.5
+    with pytest.raises(TokenmillError, match="between 1 and the verify width 3"):
+        predict_disaggregated(R1_MTP, R1_MTP, 1, 1, "sglang", 2000, 256, 4, PARAMS, accept_length=3.5)
+
+
+def test_full_decode_workers_make_requests_wait_for_a_slot() -> None:
+    """A decode worker holds at most its running cap (here 16 by --max-running-requests): 256
+    lanes on one such worker decode 16 at a time, so the point serves 16 requests per decode time
+    (Little's law) and the rest of each lane's cycle is spent waiting for a slot, before its first
+    token (SGLang admits a request to prefill once the decode side has room for it)."""
+    capped = plan_memory(R1, H200, 8, Layout(tp=8, max_running_requests=16))
+    p = predict_disaggregated(R1_TP8, capped, 4, 1, "sglang", 1000, 500, 256, PARAMS)
+    assert p.decode_step["batch"] == 16
+    decode_s = 499 * p.tpot_ms / 1e3
+    assert p.requests_per_s == pytest.approx(16 / decode_s, rel=0.02)
+    # the lane's cycle: 256 lanes × decode time / 16 slots; what is not decoding is the TTFT
+    assert p.ttft_ms / 1e3 == pytest.approx(256 * decode_s / 16 - decode_s, rel=0.02)
+    split = p.ttft_split_ms
+    assert split["decode_slot"] > 0.5 * p.ttft_ms
+    assert sum(split.values()) == pytest.approx(p.ttft_ms, rel=1e-9)
+    assert any("decode workers full: each holds 16 requests at once (of 256 lanes)" in n for n in p.notes)
+    # with room for every lane nobody waits, and the batch is Little's law's
+    roomy = predict_disaggregated(R1_TP8, R1_TP8, 4, 1, "sglang", 1000, 500, 16, PARAMS)
+    assert "decode_slot" not in roomy.ttft_split_ms
+    assert roomy.decode_step["batch"] <= 16

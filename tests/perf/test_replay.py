@@ -444,3 +444,34 @@ def test_disaggregated_ttft_split_names_the_hand_over() -> None:
     nic = H100.nic_bandwidth_bytes_per_s * params.network_bandwidth_efficiency
     expected = params.kv_transfer_latency_s + transfer_bytes(PLAN, 2048) / nic
     assert res.ttft_split["kv_transfer"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_decode_worker_holds_what_its_pools_hold_at_the_mean_length() -> None:
+    """A disaggregated decode worker's requests spread over ISL..ISL+OSL tokens: with 100k-token
+    prompts and 20k-token answers (mean 110k) one H100's KV pool holds a handful, fewer than its
+    running cap; with short requests the running cap binds."""
+    plan = plan_memory(load_model("llama-3.1-8b"), load_gpu("h100"), 1, Layout(tp=1))
+    n = replay.decode_capacity(plan, 100_000, 20_000)
+    assert 1 <= n < plan.max_running_requests
+    assert n * 110_000 <= plan.max_total_tokens < (n + 1) * 110_000
+    assert replay.decode_capacity(plan, 100, 100) == plan.max_running_requests
+
+
+@pytest.mark.parametrize("cap", [None, 4])
+def test_recorded_disaggregated_weights_reproduce_the_means(cap: int | None) -> None:
+    """A recorded disaggregated point gives back its TTFT (plus the step lag) and TPOT from the
+    recorded rows, whether the prefill workers bind or, with a decode worker that holds 4
+    requests, the decode workers do (then the TTFT is 16 lanes / 4 − 1 decode times)."""
+    decode = plan_memory(load_model("llama-3.1-8b"), H100, 1, Layout(tp=1, max_running_requests=cap))
+    res = replay_disaggregated(PLAN, decode, 2, 1, "sglang", 2000, 200, 16, PARAMS, record=True)
+    rec = res.recorded
+    assert rec is not None
+    bound = "decode_slot" in res.ttft_split
+    assert bound == (cap is not None)
+    t = total_seconds(combine(Features(*rec.features.T), PARAMS, np.maximum)) * rec.mix(PARAMS.burst_share)
+    tpot = float(rec.tpot_w @ t)
+    assert tpot == pytest.approx(res.tpot_s, rel=1e-9)
+    assert float(rec.ttft_w @ t) + PARAMS.first_token_steps * tpot == pytest.approx(res.ttft_s, rel=1e-9)
+    if bound:
+        assert res.decode_batch == 4
+        assert res.ttft_s - PARAMS.first_token_steps * tpot == pytest.approx((16 / 4 - 1) * 199 * tpot, rel=1e-9)

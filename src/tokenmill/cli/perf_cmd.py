@@ -166,10 +166,9 @@ def predict(
     base, base_changes, base_dgpus = base_deployment(
         plan, prefill_workers, decode_workers, decode_gpus, decode_layout, gpus
     )
-    if base.decode is not None and accept_length is not None and not (compare or label):
-        raise TokenmillError("--accept-length needs speculative decoding, which disaggregated workers do not model")
     named = compared(base, base_changes, base_dgpus, compare, label, gpus) if compare or label else [base]
-    speculating = [dep.decode is None and dep.plan.layout.speculative.enabled for dep in named]
+    # a disaggregated deployment speculates where its decode workers do
+    speculating = [(dep.plan if dep.decode is None else dep.decode).layout.speculative.enabled for dep in named]
     if accept_length is not None and len(named) > 1 and not any(speculating):
         raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
     params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
@@ -180,7 +179,18 @@ def predict(
     ) -> dict[str, Any]:
         if at.decode is not None:
             pred = predict_disaggregated(
-                at.plan, at.decode, at.prefill_workers, at.decode_workers, b, isl, osl, level, params, notes, waiting
+                at.plan,
+                at.decode,
+                at.prefill_workers,
+                at.decode_workers,
+                b,
+                isl,
+                osl,
+                level,
+                params,
+                notes,
+                waiting,
+                accept_length=accept,
             )
         else:
             pred = run(at.plan, b, isl, osl, level, params, accept, notes, waiting, saturated=not exact)
@@ -330,7 +340,12 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
         console.print(regimes)
     split = out["tpot_split_ms"]
     if out.get("disaggregated"):
-        console.print(f"TPOT {out['tpot_ms']:,.2f} ms = one decode step: no prompt shares the decode workers' steps")
+        per_pass = (
+            f"one verify pass ({out['decode_step']['ms']:,.2f} ms) ÷ {out['accept_length']:g} accepted tokens"
+            if out["accept_length"] != 1
+            else "one decode step"
+        )
+        console.print(f"TPOT {out['tpot_ms']:,.2f} ms = {per_pass}: no prompt shares the decode workers' steps")
     else:
         console.print(
             f"TPOT {out['tpot_ms']:,.2f} ms = decode step {split['decode_step']:,.2f} ms + "
@@ -359,6 +374,7 @@ _TTFT_PARTS = {
     "prefill": "admission to first token",
     "pipeline_drain": "pipeline drain",
     "kv_transfer": "KV hand-over",
+    "decode_slot": "waiting for a decode slot",
 }
 
 
@@ -418,7 +434,7 @@ def _print_curve(
             cells = [
                 f"{out['concurrency']:,}",
                 f"{out['ttft_ms']:,.1f}",
-                f"{out['ttft_split_ms']['queued']:,.1f}",
+                f"{out['ttft_split_ms']['queued'] + out['ttft_split_ms'].get('decode_slot', 0.0):,.1f}",
                 f"{out['tpot_ms']:,.2f}",
                 f"{1e3 / out['tpot_ms']:,.1f}" if out["tpot_ms"] > 0 else "—",  # one output token: no decode
                 f"{out['output_throughput_per_gpu']:,.1f}",

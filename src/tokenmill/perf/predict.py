@@ -145,13 +145,7 @@ def predict(
     check_concurrency(concurrency, "--concurrency")
     if not plan.fits:
         raise TokenmillError(str(plan.reason))
-    spec = plan.layout.speculative
-    if accept_length is not None and not spec.enabled:
-        raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
-    accept = default_accept_length(plan) if accept_length is None else accept_length
-    width = spec.num_draft_tokens if spec.enabled else 1
-    if not 1 <= accept <= width:  # also refuses nan
-        raise TokenmillError(f"--accept-length must be between 1 and the verify width {width} (got {accept})")
+    accept = _accept_length(plan, accept_length)
     res = replay_aggregated(
         plan,
         backend,
@@ -209,7 +203,7 @@ def _prediction(
 
 def check_disaggregated(prefill_plan: MemoryPlan, decode_plan: MemoryPlan) -> None:
     """One-line errors for worker plans a disaggregated point cannot use: one that does not fit,
-    one whose GPUs hold several workers (give more workers instead), speculative decoding."""
+    one whose GPUs hold several workers (give more workers instead)."""
     for role, plan, flag in (("prefill", prefill_plan, "--gpus"), ("decode", decode_plan, "--decode-gpus")):
         if not plan.fits:
             raise TokenmillError(f"{role} worker: {plan.reason}")
@@ -218,8 +212,19 @@ def check_disaggregated(prefill_plan: MemoryPlan, decode_plan: MemoryPlan) -> No
                 f"{flag} is one {role} worker's GPUs ({plan.layout.gpus_per_worker} for its layout, got {plan.gpus}); "
                 f"give more workers with --{role}-workers"
             )
-    if decode_plan.layout.speculative.enabled or prefill_plan.layout.speculative.enabled:
-        raise TokenmillError("--speculative is not modelled for disaggregated workers (give --speculative none)")
+
+
+def _accept_length(plan: MemoryPlan, accept_length: float | None) -> float:
+    """The tokens a verify pass of ``plan``'s drafter accepts: ``accept_length`` checked against
+    the verify width, or the drafter's default; 1 without speculative decoding."""
+    spec = plan.layout.speculative
+    if accept_length is not None and not spec.enabled:
+        raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
+    accept = default_accept_length(plan) if accept_length is None else accept_length
+    width = spec.num_draft_tokens if spec.enabled else 1
+    if not 1 <= accept <= width:  # also refuses nan
+        raise TokenmillError(f"--accept-length must be between 1 and the verify width {width} (got {accept})")
+    return accept
 
 
 def predict_disaggregated(
@@ -234,12 +239,15 @@ def predict_disaggregated(
     params: PerfParams,
     notes: list[str] | None = None,
     waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
+    accept_length: float | None = None,
 ) -> Prediction:
     """The same point on ``prefill_workers`` prefill workers and ``decode_workers`` decode workers
     (``replay_disaggregated``): TTFT = prefill + KV (and state) hand-over + front end; TPOT = one
     decode step at the decode workers' steady batch. Per-GPU throughput divides by every GPU of
     both pools; ``layout`` is the prefill worker's, ``decode_layout`` the decode worker's. The
-    regimes replay at once where they are long, ``waiting`` around them, as in ``predict``."""
+    regimes replay at once where they are long, ``waiting`` around them, as in ``predict``. A
+    decode layout with speculative decoding verifies its drafter's width a step and accepts
+    ``accept_length`` tokens (default: the drafter's, as in ``predict``)."""
     _require_positive(
         ("--isl", isl),
         ("--osl", osl),
@@ -248,6 +256,7 @@ def predict_disaggregated(
     )
     check_concurrency(concurrency, "--concurrency")
     check_disaggregated(prefill_plan, decode_plan)
+    accept = _accept_length(decode_plan, accept_length)
     res = replay_disaggregated(
         prefill_plan,
         decode_plan,
@@ -260,9 +269,10 @@ def predict_disaggregated(
         params,
         parallel=True,
         waiting=waiting,
+        accept_length=accept,
     )
     gpus = prefill_plan.gpus * prefill_workers + decode_plan.gpus * decode_workers
-    pred = _prediction(prefill_plan, decode_plan, gpus, backend, isl, osl, concurrency, 1.0, params, res, notes)
+    pred = _prediction(prefill_plan, decode_plan, gpus, backend, isl, osl, concurrency, accept, params, res, notes)
     pred.disaggregated = {
         "prefill_workers": prefill_workers,
         "prefill_gpus_per_worker": prefill_plan.gpus,

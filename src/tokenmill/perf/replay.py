@@ -78,6 +78,13 @@ priced at the batch the replayed TTFT gives. (Two passes of the replay, as befor
 stopped short of the point where the prefill queue binds: batches up to 1.5 × Little's.) TTFT = prefill +
 KV (and state) transfer over the link between the workers (NVLink inside an NVL72 rack, the NIC
 otherwise), in ``kv_transfer_latency_s`` + bytes / (link × GPUs of the prefill worker).
+A decode worker holds at most ``decode_capacity`` requests (its running cap, and what its KV pool
+holds at the mean length ISL + OSL/2); where Little's batch would exceed it, the decode workers
+bind: the batch is that capacity, a lane's cycle is its decode worker's lanes × decode time /
+capacity, and the rest of it beyond the prefill path is spent waiting for a decode slot, before
+the first token (SGLang admits a request to prefill once the decode side has room for it). With
+speculative decoding on the decode workers a step is one verify pass of the drafter's width,
+TPOT that step over the accept length, and the hand-over carries the drafter's cache too.
 A pipeline-parallel prefill worker pipelines its chunks (``PipelinedCost``): a step occupies one
 stage, and each first token comes N − 1 stages of its last chunk later.
 
@@ -880,11 +887,27 @@ def step_lag(params: PerfParams, tpot_s: float, accept_length: float = 1.0) -> f
 
 
 def transfer_bytes(plan: MemoryPlan, isl: int) -> int:
-    """KV (and linear-attention state) bytes one request hands from prefill to decode."""
-    sizes = cache_sizes(
-        plan.model, Layout(tp=1, kv_cache_dtype=plan.layout.kv_cache_dtype, state_dtype=plan.layout.state_dtype)
+    """KV (and linear-attention state) bytes one request hands from prefill to decode; under
+    speculative decoding also the drafter's cache of the prompt (DSPARK's, or the MTP layers')."""
+    whole = Layout(
+        tp=1,
+        kv_cache_dtype=plan.layout.kv_cache_dtype,
+        state_dtype=plan.layout.state_dtype,
+        speculative=plan.layout.speculative,
     )
-    return int(sizes.kv_cell_bytes * isl + sizes.state_slot_bytes)
+    sizes = cache_sizes(plan.model, whole)
+    return int((sizes.kv_cell_bytes + sizes.draft_kv_bytes) * isl + sizes.state_slot_bytes)
+
+
+def decode_capacity(plan: MemoryPlan, isl: int, osl: int) -> int:
+    """Requests a decode worker holds at once in steady state: its running cap (the state pool's
+    and the engine's limit, ``plan.max_running_requests``), and as many as its KV pool holds at
+    the steady batch's mean length ISL + OSL / 2 (its requests spread evenly over their decode)."""
+    cap = plan.max_running_requests
+    mean_tokens = isl + osl / 2
+    if plan.max_total_tokens > 0 and mean_tokens > 0:
+        cap = min(cap, int(plan.max_total_tokens / mean_tokens))
+    return max(1, cap)
 
 
 @dataclass
@@ -912,10 +935,12 @@ def replay_disaggregated(
     record: bool = False,
     parallel: bool = False,
     waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
+    accept_length: float = 1.0,
 ) -> ReplayResult:
     """Prefill workers replayed in closed loop; decode workers in steady state (module doc).
     ``parallel`` and ``waiting`` as in ``replay_aggregated``: the prefill replay runs its two
-    regimes at once."""
+    regimes at once. Under speculative decoding (the decode worker's layout) a decode step is one
+    verify pass of the drafter's width and yields ``accept_length`` tokens a request."""
     for plan in (prefill_plan, decode_plan):
         if not plan.fits:
             raise TokenmillError(f"cannot replay: {plan.reason}")
@@ -946,12 +971,24 @@ def replay_disaggregated(
 
     per_worker = concurrency / max(1, decode_workers)
     ctx = isl + osl / 2
+    spec = decode_plan.layout.speculative
+    width = spec.num_draft_tokens if spec.enabled else 1
+    accept = accept_length if spec.enabled else 1.0
+    capacity = decode_capacity(decode_plan, isl, osl)
 
     def decode_step(batch: float) -> tuple[Features, float]:
-        b = max(1, round(batch))
-        shape = BatchShape(decode=(DecodeWork(int(ctx), 1),) * b)
+        """One decode step of ``batch`` requests (at most the worker's capacity), and the
+        seconds per token it yields."""
+        b = max(1, min(capacity, round(batch)))
+        shape = BatchShape(decode=(DecodeWork(int(ctx), width),) * b)
         f = dcost.features(shape)
-        return f, _seconds(f, params)
+        return f, _seconds(f, params) / accept
+
+    def decode_bound(tpot_s: float) -> float:
+        """TTFT where the decode workers bind: each holds ``capacity`` requests, so a lane's cycle
+        is its worker's lanes × the decode time / capacity, and what is not decoding waits."""
+        decode_s = (osl - 1) * tpot_s
+        return per_worker * decode_s / capacity - decode_s
 
     batch = per_worker
     f_dec, tpot = decode_step(batch)
@@ -966,18 +1003,20 @@ def replay_disaggregated(
         means = _means(reqs, first)
         return _PrefillRun(means.ttft, len(reqs) - first, more, kept, means.queued)
 
-    # the fixed point first on the queue's closed form, then once through the replay
+    # the fixed point first on the queues' closed forms, then once through the replay
     per_prompt = _prefill_seconds_per_prompt(pcost, params, policy, isl, lanes)
     workers = max(1, prefill_workers)
+    wait = 0.0  # for a decode slot, where the decode workers bind
     for _ in range(MAX_FIXED_POINT):
         think = (osl - 1) * tpot + xfer
         rate = workers * min(1.0 / per_prompt, lanes / (think + per_prompt))
         estimate = max(per_prompt, concurrency / rate - think) + drain + xfer + lat
-        f_next, t_next = decode_step(_decoding(per_worker, (osl - 1) * tpot, estimate))
+        wait = max(0.0, decode_bound(tpot) - estimate)
+        f_next, t_next = decode_step(_decoding(per_worker, (osl - 1) * tpot, estimate + wait))
         if t_next == tpot:
             break
         f_dec, tpot = f_next, t_next
-    think = (osl - 1) * tpot + xfer
+    think = (osl - 1) * tpot + xfer + wait  # a lane waiting for a decode slot is away from the prefill
     fork = (
         parallel and not record and worth_forking(lanes, isl, policy.chunk_tokens // prefill_plan.layout.dp_attention)
     )
@@ -988,18 +1027,31 @@ def replay_disaggregated(
         queued += _regime_weight(share, sync) * runs[sync].queued
         notes += [n for n in runs[sync].notes if n not in notes]
     ttft = t_pre + drain + xfer + lat
-    batch = _decoding(per_worker, (osl - 1) * tpot, ttft)
+    wait = max(0.0, decode_bound(tpot) - ttft)
+    batch = _decoding(per_worker, (osl - 1) * tpot, ttft + wait)
     f_dec, tpot = decode_step(batch)
-    lag = step_lag(params, tpot)  # the decode worker streams the tokens
+    if wait > 0:
+        wait = max(0.0, decode_bound(tpot) - ttft)
+        notes.append(
+            f"decode workers full: each holds {capacity:,} requests at once (of {per_worker:,.0f} lanes), "
+            f"so a request waits {wait * 1e3:,.1f} ms for a decode slot"
+        )
+    ttft += wait
+    lag = step_lag(params, tpot, accept)  # the decode worker streams the tokens
     ttft += lag
     recorded = None
     if record:
         from tokenmill.perf.recorded import latency_rows, step_rows
 
-        recorded = latency_rows([f_dec, xfer_row, _latency_row()], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0])
-        if drain:
+        if wait > 0:
+            # the decode workers bind: TTFT is decode_bound, (lanes / capacity − 1) decode times
+            full = (per_worker / capacity - 1.0) * (osl - 1) / accept
+            recorded = latency_rows([f_dec], [full], [1.0 / accept])
+        else:
+            recorded = latency_rows([f_dec, xfer_row, _latency_row()], [0.0, 1.0, 1.0], [1.0 / accept, 0.0, 0.0])
+        if drain and not wait:
             recorded = recorded.concat(latency_rows([drain_row], [1.0], [0.0]))
-        for sync in syncs:
+        for sync in syncs if not wait else ():
             kept = runs[sync].replay
             if kept is not None:
                 reqs, first, log = kept
@@ -1007,10 +1059,17 @@ def replay_disaggregated(
                 recorded = recorded.concat(step_rows(log.features, log.mult, log.step, wt, None, sync))
     e2e = ttft + (osl - 1) * tpot
     measured = sum(runs[sync].measured for sync in syncs)
+
+    def regime_ttft(prefill_s: float) -> float:
+        path = prefill_s + drain + xfer + lat
+        return max(path, decode_bound(tpot)) if wait > 0 else path
+
     split = {"front_end": lat, "step_lag": lag, "queued": queued, "prefill": t_pre - queued}
     if drain:
         split["pipeline_drain"] = drain
     split["kv_transfer"] = xfer
+    if wait > 0:
+        split["decode_slot"] = wait
     return ReplayResult(
         ttft,
         tpot,
@@ -1018,13 +1077,13 @@ def replay_disaggregated(
         lanes,
         max(1, prefill_workers),
         measured,
-        batch,
+        min(batch, float(capacity)),
         ctx,
         notes,
         recorded,
         in_flight=concurrency,
         ttft_split=split,
-        ttft_regimes={REGIME_NAMES[sync]: runs[sync].ttft + drain + xfer + lat + lag for sync in syncs},
+        ttft_regimes={REGIME_NAMES[sync]: regime_ttft(runs[sync].ttft) + lag for sync in syncs},
     )
 
 
