@@ -33,6 +33,9 @@ def curve_figure(
     levels: set[int] = set()
     decoding_any = False
     markers = ("o", "s", "^", "D", "v", "P")  # overlapping curves stay apart by their markers
+    # one label per place: points that (nearly) coincide, a curve that saturates or layouts that
+    # agree there, get their concurrencies in one label instead of labels drawn over each other
+    placed: list[tuple[float, float, int]] = []
     for i, (name, points) in enumerate(curves):
         marker = markers[i % len(markers)]
         pts = sorted(points, key=lambda p: p["concurrency"])
@@ -41,13 +44,15 @@ def curve_figure(
         per_user = [1e3 / p["tpot_ms"] for p in decoding]
         per_gpu = [p["output_throughput_per_gpu"] for p in decoding]
         line = left.plot(per_user, per_gpu, marker=marker, label=name)[0]
-        for p, x, y in zip(decoding, per_user, per_gpu, strict=True):
-            left.annotate(f"{p['concurrency']:,}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        placed += [(x, y, p["concurrency"]) for p, x, y in zip(decoding, per_user, per_gpu, strict=True)]
         conc = [p["concurrency"] for p in pts]
         levels.update(conc)
         right.plot(
             conc, [p["ttft_ms"] / 1e3 for p in pts], marker=marker, color=line.get_color(), label=name, alpha=0.85
         )
+    for (x, y), concs in _label_places(placed).items():
+        text = ", ".join(f"{c:,}" for c in sorted(concs))
+        left.annotate(text, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     tpot_cap = (slo or {}).get("tpot_ms")
     ttft_cap = (slo or {}).get("ttft_ms")
     if tpot_cap:
@@ -81,3 +86,21 @@ def curve_figure(
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
+
+
+def _label_places(points: Sequence[tuple[float, float, int]], grid: int = 80) -> dict[tuple[float, float], list[int]]:
+    """Concurrency labels by place: points within 1/``grid`` of the data's range of one another
+    (where their labels would overlap) share one place, the first point's, and one label."""
+    if not points:
+        return {}
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    dx, dy = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    places: dict[tuple[int, int], tuple[float, float]] = {}
+    out: dict[tuple[float, float], list[int]] = {}
+    for x, y, c in points:
+        cell = (round(x / dx * grid), round(y / dy * grid))
+        at = places.setdefault(cell, (x, y))
+        concs = out.setdefault(at, [])
+        if c not in concs:
+            concs.append(c)
+    return out

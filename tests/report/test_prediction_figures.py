@@ -1,0 +1,34 @@
+"""The predicted curve's labels: one per place, so points that coincide do not overprint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenmill.report.prediction_figures import _label_places, curve_figure
+
+
+def test_points_that_coincide_share_one_label() -> None:
+    """A curve that saturates (128 and 256 lanes at nearly one point), two layouts that agree at 64
+    lanes, and points apart that keep their own labels."""
+    points = [
+        (10.0, 100.0, 16),
+        (44.10, 66.0, 128),
+        (44.12, 66.01, 256),  # within 1/80 of the range of the 128-lane point
+        (48.0, 43.0, 64),
+        (48.0, 43.0, 64),  # the other layout's 64 lanes, at the same place
+        (70.0, 16.0, 1),
+    ]
+    assert _label_places(points) == {
+        (10.0, 100.0): [16],
+        (44.10, 66.0): [128, 256],
+        (48.0, 43.0): [64],
+        (70.0, 16.0): [1],
+    }
+    assert _label_places([]) == {}
+
+
+def test_a_saturated_curve_draws(tmp_path: Path) -> None:
+    point = {"concurrency": 128, "tpot_ms": 22.7, "output_throughput_per_gpu": 66.0, "ttft_ms": 4000.0}
+    curve = [point, {**point, "concurrency": 256, "ttft_ms": 19000.0}]
+    out = curve_figure([("saturated", curve)], tmp_path / "c.svg")
+    assert out.exists() and out.read_text().count("128, 256") == 1
