@@ -447,6 +447,52 @@ def test_predict_disaggregated_with_the_drafter_and_full_decode_workers(capsys: 
     assert d["tpot_ms"] == pytest.approx(d["decode_step"]["ms"] / 2.7, rel=0.01)
 
 
+def test_the_seeds_rack_layout_is_one_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """Seed 000 §4.1 layout (b): the GB300 Long-Context prefill recipe (TP1 × PP8) and three decode
+    servers of the Balanced + DSPARK recipe (TP8 × DCP8, ReplaySSM, ratio 6.28). The decode
+    layout sets its own drafter and pool ratio, and the hand-over carries the drafter's cache
+    because the decode workers speculate, though the prefill worker does not."""
+    base = ["predict", "--gpu", "gb300", "--gpus", "8", "--tp", "1", "--pp", "8", "--isl", "8400", "--osl", "512"]
+    base += ["--concurrency", "64", "--decode-workers", "3", "--json", "--decode-layout"]
+    code, out, _ = cli(capsys, *base, "tp=8,pp=1,dcp=8,speculative=dspark:7,replayssm=true,pool-ratio=6.28")
+    assert code == 0, out
+    d = json.loads(out)
+    dec = d["disaggregated"]["decode_layout"]
+    assert (dec["dcp"], dec["speculative"], dec["replayssm"]) == (8, "dspark:7", True)
+    assert d["layout"]["speculative"] == "none" and d["accept_length"] == 2.7
+    code, out, _ = cli(capsys, *base, "tp=8,pp=1,dcp=8,pool-ratio=8.82")
+    plain = json.loads(out)
+    assert plain["accept_length"] == 1 and plain["tpot_ms"] > d["tpot_ms"]
+    hand_over = [n for n in d["notes"] if "KV hand-over" in n] + [n for n in plain["notes"] if "KV hand-over" in n]
+    assert hand_over == [
+        "KV hand-over 693.4 MB per request over NVLink",
+        "KV hand-over 681.6 MB per request over NVLink",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        ("replayssm=maybe", "error: --decode-layout: replayssm must be true or false (got 'maybe')"),
+        ("pool-ratio=x", "error: --decode-layout: pool-ratio must be a number (got 'x')"),
+        ("speculative=eagle", "error: --decode-layout: --speculative must be none, dspark:B or mtp:N"),
+        ("prefix-cache=lru", "error: --decode-layout: prefix-cache must be one of extra_buffer|"),
+    ],
+)
+def test_a_bad_decode_layout_value_is_one_line(layout: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(
+        capsys, "predict", "--gpu", "gb300", "--gpus", "8", "--decode-workers", "1", "--decode-layout", layout
+    )
+    assert code == 2 and message in err, err
+
+
+def test_the_decode_layout_takes_the_keys_compare_takes() -> None:
+    from tokenmill.cli.deployments import DECODE_LAYOUT_KEYS
+    from tokenmill.cli.options import layout_converters
+
+    assert {k.replace("-", "_") for k in DECODE_LAYOUT_KEYS} == set(layout_converters())
+
+
 def test_evaluate_predicts_scores_and_skips_with_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
     out = tmp_path / "pred.csv"

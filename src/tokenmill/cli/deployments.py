@@ -15,11 +15,28 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tokenmill.cli.options import apply_overrides, layout_names
+from tokenmill.cli.options import apply_overrides, layout_changes, layout_names
 from tokenmill.errors import TokenmillError
 
-#: Sizes ``--decode-layout`` may set (the layout flags' names, dashes for underscores).
-DECODE_LAYOUT_KEYS = ("tp", "ep", "pp", "dp-attention", "dcp", "moe-a2a-backend", "max-running-requests")
+#: What ``--decode-layout`` may set: the layout keys of ``--compare`` (``options.layout_converters``,
+#: dashes for underscores), the decode worker's GPUs being ``--decode-gpus``.
+DECODE_LAYOUT_KEYS = (
+    "tp",
+    "ep",
+    "pp",
+    "dp-attention",
+    "dcp",
+    "moe-a2a-backend",
+    "max-running-requests",
+    "pool-ratio",
+    "avg-request-tokens",
+    "mem-fraction-static",
+    "kv-cache-dtype",
+    "page-size",
+    "prefix-cache",
+    "speculative",
+    "replayssm",
+)
 #: ``--compare`` keys of disaggregation besides ``decode-KEY`` (predict only).
 WORKER_KEYS = ("prefill-workers", "decode-workers", "decode-gpus")
 
@@ -51,7 +68,7 @@ class Deployment:
 
 def decode_changes(spec: str | None, where: str = "--decode-layout") -> dict[str, Any]:
     """``tp=8,dp-attention=8`` → the decode worker's layout fields; one-line errors naming ``where``."""
-    out: dict[str, Any] = {}
+    items: list[tuple[str, str]] = []
     for item in (spec or "").split(","):
         if not item.strip():
             continue
@@ -61,15 +78,8 @@ def decode_changes(spec: str | None, where: str = "--decode-layout") -> dict[str
             raise TokenmillError(
                 f"{where}: {item.strip()!r} is not KEY=VALUE with KEY one of {', '.join(DECODE_LAYOUT_KEYS)}"
             )
-        name = key.replace("-", "_")
-        if name == "moe_a2a_backend":
-            out[name] = value.strip()
-            continue
-        try:
-            out[name] = int(value)
-        except ValueError:
-            raise TokenmillError(f"{where}: {key} must be an integer (got {value.strip()!r})") from None
-    return out
+        items.append((key.replace("-", "_"), value))
+    return layout_changes(items, where)
 
 
 def decode_plan(prefill: Any, changes: dict[str, Any], gpus: int) -> Any:

@@ -10,6 +10,7 @@ import inspect
 import os
 from collections import Counter
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,12 +39,20 @@ def check_output(flag: str, path: Path | None, suffixes: tuple[str, ...] = ()) -
         raise TokenmillError(f"{flag}: cannot write {path}: permission denied")
 
 
-def apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
-    """``--compare "dcp=8,pool-ratio=8.82"``: a layout that differs from the base in a few flags."""
+def _flag_bool(value: str) -> bool:
+    if value.lower() in ("1", "true", "on", "yes"):
+        return True
+    if value.lower() in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(value)
+
+
+def layout_converters() -> dict[str, Any]:
+    """The layout flags a KEY=VALUE item may set (``--compare``, ``--decode-layout``), by field
+    name, each with its parser: a ValueError or a one-line TokenmillError for a bad value."""
     from tokenmill.plan import KVDtype, PrefixCache, Speculation
 
-    changes: dict[str, Any] = {}
-    converters: dict[str, Any] = {
+    return {
         "tp": int,
         "ep": int,
         "pp": int,
@@ -57,26 +66,55 @@ def apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
         "kv_cache_dtype": KVDtype.parse,
         "prefix_cache": PrefixCache,
         "speculative": Speculation.parse,
-        "replayssm": lambda v: v.lower() in ("1", "true", "on", "yes"),
+        "replayssm": _flag_bool,
+        "moe_a2a_backend": str,
     }
+
+
+def layout_changes(items: list[tuple[str, str]], where: str) -> dict[str, Any]:
+    """(field name, value) pairs → layout fields, the pool sizing's two alternatives kept apart;
+    one-line errors naming ``where`` and the key."""
+    converters = layout_converters()
+    changes: dict[str, Any] = {}
+    for key, value in items:
+        flag = key.replace("_", "-")
+        conv = converters[key]
+        try:
+            changes[key] = conv(value.strip())
+        except TokenmillError as exc:  # the parser's own one-line error, which names the flag
+            raise TokenmillError(f"{where}: {exc}") from None
+        except ValueError:
+            kind = {int: "an integer", float: "a number", _flag_bool: "true or false"}.get(conv)
+            if kind is None and isinstance(conv, type) and issubclass(conv, Enum):
+                kind = "one of " + "|".join(str(m.value) for m in conv)
+            if kind is not None:
+                raise TokenmillError(f"{where}: {flag} must be {kind} (got {value.strip()!r})") from None
+            raise TokenmillError(f"{where}: {flag}: bad value {value.strip()!r}") from None
+    if "pool_ratio" in changes:
+        changes.setdefault("avg_request_tokens", None)
+    if "avg_request_tokens" in changes and changes["avg_request_tokens"] is not None:
+        changes.setdefault("pool_ratio", None)
+    return changes
+
+
+def apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
+    """``--compare "dcp=8,pool-ratio=8.82"``: a layout that differs from the base in a few flags."""
+    converters = layout_converters()
+    items: list[tuple[str, str]] = []
     for item in filter(None, (s.strip() for s in spec.split(","))):
         key, sep, value = item.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
         if not sep or (key not in converters and key != "gpus"):
             allowed = ", ".join(sorted(k.replace("_", "-") for k in converters)) + ", gpus"
             raise TokenmillError(f"--compare item {item!r} must be KEY=VALUE with KEY one of {allowed}")
-        try:
-            if key == "gpus":
+        if key == "gpus":
+            try:
                 gpus = int(value)
-            else:
-                changes[key] = converters[key](value.strip())
-        except ValueError:
-            raise TokenmillError(f"--compare {key.replace('_', '-')}: bad value {value!r}") from None
-    if "pool_ratio" in changes:
-        changes.setdefault("avg_request_tokens", None)
-    if "avg_request_tokens" in changes and changes["avg_request_tokens"] is not None:
-        changes.setdefault("pool_ratio", None)
-    return base.with_(**changes), gpus
+            except ValueError:
+                raise TokenmillError(f"--compare gpus: bad value {value!r}") from None
+        else:
+            items.append((key, value))
+    return base.with_(**layout_changes(items, "--compare")), gpus
 
 
 def compared_plans(base: Any, compare: list[str] | None, label: list[str] | None, gpus: int) -> list[tuple[str, Any]]:

@@ -122,7 +122,7 @@ from tokenmill.perf.params import PerfParams
 from tokenmill.perf.roofline import STEP_KEYS, ZERO_FEATURES, CostModel, Features, combine
 from tokenmill.perf.saturated import DEPTH, PROBE_LANES, WaveMeans, extrapolate, shorter_lanes, staggered_lengths
 from tokenmill.plan.cache_sizes import cache_sizes
-from tokenmill.plan.layout import Layout
+from tokenmill.plan.layout import Layout, Speculation
 from tokenmill.plan.memory_plan import MemoryPlan
 from tokenmill.sim.executor import SimExecutor
 from tokenmill.sim.gc_pause import cyclic_gc_paused
@@ -886,14 +886,15 @@ def step_lag(params: PerfParams, tpot_s: float, accept_length: float = 1.0) -> f
     return params.first_token_steps * tpot_s * accept_length
 
 
-def transfer_bytes(plan: MemoryPlan, isl: int) -> int:
-    """KV (and linear-attention state) bytes one request hands from prefill to decode; under
-    speculative decoding also the drafter's cache of the prompt (DSPARK's, or the MTP layers')."""
+def transfer_bytes(plan: MemoryPlan, isl: int, speculative: Speculation | None = None) -> int:
+    """KV (and linear-attention state) bytes one request hands from ``plan``'s prefill worker to
+    decode; where the decode workers speculate (``speculative``, by default ``plan``'s own) also the
+    drafter's cache of the prompt (DSPARK's, or the MTP layers')."""
     whole = Layout(
         tp=1,
         kv_cache_dtype=plan.layout.kv_cache_dtype,
         state_dtype=plan.layout.state_dtype,
-        speculative=plan.layout.speculative,
+        speculative=plan.layout.speculative if speculative is None else speculative,
     )
     sizes = cache_sizes(plan.model, whole)
     return int((sizes.kv_cell_bytes + sizes.draft_kv_bytes) * isl + sizes.state_slot_bytes)
@@ -951,7 +952,7 @@ def replay_disaggregated(
     dcost = CostModel(decode_plan.model, gpu, decode_plan.layout, params)
     policy = engine_policy(backend, gpu, prefill_plan.layout)
     # KV hand-over
-    nbytes = transfer_bytes(prefill_plan, isl)
+    nbytes = transfer_bytes(prefill_plan, isl, decode_plan.layout.speculative)
     total_gpus = (
         prefill_plan.layout.gpus_per_worker * prefill_workers + decode_plan.layout.gpus_per_worker * decode_workers
     )
