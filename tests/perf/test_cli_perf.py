@@ -444,6 +444,7 @@ def test_predict_disaggregated_with_the_drafter_and_full_decode_workers(capsys: 
     d = json.loads(out)
     assert d["accept_length"] == 2.7  # DSPARK's default, as aggregated
     assert d["decode_step"]["batch"] == 48 and d["ttft_split_ms"]["decode_slot"] > 0
+    assert d["disaggregated"]["decode_capacity_per_worker"] == 48
     assert d["tpot_ms"] == pytest.approx(d["decode_step"]["ms"] / 2.7, rel=0.01)
 
 

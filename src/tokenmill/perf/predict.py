@@ -37,6 +37,7 @@ from tokenmill.perf.replay import (
     ReplayResult,
     check_concurrency,
     decode_breakdown,
+    decode_capacity,
     replay_aggregated,
     replay_disaggregated,
 )
@@ -279,5 +280,6 @@ def predict_disaggregated(
         "decode_workers": decode_workers,
         "decode_gpus_per_worker": decode_plan.gpus,
         "decode_layout": layout_dict(decode_plan.layout),
+        "decode_capacity_per_worker": decode_capacity(decode_plan, isl, osl),  # requests it holds at once
     }
     return pred
