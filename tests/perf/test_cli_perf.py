@@ -471,6 +471,22 @@ def test_the_seeds_rack_layout_is_one_command(capsys: pytest.CaptureFixture[str]
     ]
 
 
+def test_a_decode_server_keeps_one_state_slot_a_request(capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang's PD decode server runs a chunk cache, one KDA state slot per request: the Balanced
+    recipe on 8 × B300 (DCP8, ratio 8.82) holds 101 requests with the radix cache's five slots
+    (seed 000 §2.3), and as a decode server its state pool no longer binds first."""
+    base = ["predict", "--gpu", "b300", "--gpus", "8", "--isl", "8400", "--osl", "512", "--concurrency", "256"]
+    base += ["--prefill-workers", "6", "--decode-workers", "1", "--json", "--decode-layout"]
+    held = {}
+    for extra in ("", ",prefix-cache=extra_buffer"):
+        code, out, _ = cli(capsys, *base, "dcp=8,pool-ratio=8.82" + extra)
+        assert code == 0, out
+        d = json.loads(out)["disaggregated"]
+        held[d["decode_layout"]["prefix_cache"]] = d["decode_capacity_per_worker"]
+    assert held["extra_buffer"] == 101
+    assert held["off"] > 101
+
+
 @pytest.mark.parametrize(
     ("layout", "message"),
     [

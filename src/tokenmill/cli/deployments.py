@@ -84,11 +84,14 @@ def decode_changes(spec: str | None, where: str = "--decode-layout") -> dict[str
 
 def decode_plan(prefill: Any, changes: dict[str, Any], gpus: int) -> Any:
     """The decode worker's plan: the prefill worker's layout with ``changes``, over ``gpus`` GPUs,
-    its TP all of them over its pipeline stages unless given."""
-    from tokenmill.plan import plan_memory
+    its TP all of them over its pipeline stages unless given. A decode server keeps no prefix
+    cache unless given one: SGLang's PD decode server runs a chunk cache, one state slot per
+    request instead of the radix cache's copies (shared/reference/sglang-memory-accounting.md §2.2)."""
+    from tokenmill.plan import PrefixCache, plan_memory
 
     pp = changes.get("pp", prefill.layout.pp)
-    layout = prefill.layout.with_(**{"tp": max(1, gpus // max(1, pp)), **changes})
+    defaults = {"tp": max(1, gpus // max(1, pp)), "prefix_cache": PrefixCache.OFF}
+    layout = prefill.layout.with_(**{**defaults, **changes})
     return plan_memory(prefill.model, prefill.gpu, gpus, layout)
 
 
