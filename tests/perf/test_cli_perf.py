@@ -494,6 +494,8 @@ def test_a_decode_server_keeps_one_state_slot_a_request(capsys: pytest.CaptureFi
         ("pool-ratio=x", "error: --decode-layout: pool-ratio must be a number (got 'x')"),
         ("speculative=eagle", "error: --decode-layout: --speculative must be none, dspark:B or mtp:N"),
         ("prefix-cache=lru", "error: --decode-layout: prefix-cache must be one of extra_buffer|"),
+        ("tp=3", "error: decode worker (--decode-layout, --decode-gpus 8): --gpus 8 is not a multiple of tp × pp = 3"),
+        ("speculative=mtp:2", "error: decode worker (--decode-layout, --decode-gpus 8): --speculative mtp:N needs MTP"),
     ],
 )
 def test_a_bad_decode_layout_value_is_one_line(layout: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -82,7 +82,7 @@ def decode_changes(spec: str | None, where: str = "--decode-layout") -> dict[str
     return layout_changes(items, where)
 
 
-def decode_plan(prefill: Any, changes: dict[str, Any], gpus: int) -> Any:
+def decode_plan(prefill: Any, changes: dict[str, Any], gpus: int, where: str = "--decode-layout") -> Any:
     """The decode worker's plan: the prefill worker's layout with ``changes``, over ``gpus`` GPUs,
     its TP all of them over its pipeline stages unless given. A decode server keeps no prefix
     cache unless given one: SGLang's PD decode server runs a chunk cache, one state slot per
@@ -91,8 +91,11 @@ def decode_plan(prefill: Any, changes: dict[str, Any], gpus: int) -> Any:
 
     pp = changes.get("pp", prefill.layout.pp)
     defaults = {"tp": max(1, gpus // max(1, pp)), "prefix_cache": PrefixCache.OFF}
-    layout = prefill.layout.with_(**{**defaults, **changes})
-    return plan_memory(prefill.model, prefill.gpu, gpus, layout)
+    try:
+        layout = prefill.layout.with_(**{**defaults, **changes})
+        return plan_memory(prefill.model, prefill.gpu, gpus, layout)
+    except TokenmillError as exc:  # a layout the decode worker cannot have: say it is the decode worker's
+        raise TokenmillError(f"decode worker ({where}, --decode-gpus {gpus}): {exc}") from None
 
 
 def base_deployment(
@@ -173,7 +176,7 @@ def compared(
         changes = {**base_changes, **decode_changes(spec, f"--compare {item!r}")}
         dgpus = dg if dg is not None else (base_decode_gpus if base.decode is not None else n)
         prefill_workers = p if p is not None else base.prefill_workers
-        out.append(Deployment("", plan, decode_plan(plan, changes, dgpus), prefill_workers, d))
+        out.append(Deployment("", plan, decode_plan(plan, changes, dgpus, f"--compare {item!r}"), prefill_workers, d))
     names = layout_names([d.describe() for d in out], compare, label)
     result = [d.named(name) for name, d in zip(names, out, strict=True)]
     for dep in result[1:]:
