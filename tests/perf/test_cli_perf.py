@@ -837,13 +837,15 @@ def test_compared_layouts_are_each_predicted_as_alone(capsys: pytest.CaptureFixt
             assert code == 0
             single = json.loads(one)
             assert (p["ttft_ms"], p["tpot_ms"], p["layout"]) == (single["ttft_ms"], single["tpot_ms"], single["layout"])
-    # the drafter speeds one request's stream; the first token is the same prefill in all three,
-    # each then a step lag later (first_token_steps engine steps: the drafter's verify step is the
-    # longest)
+    # the drafter speeds one request's stream; the first token is the same prefill in all three
+    # (seed 000 §2.3: "about 0.44 seconds in all three"), the drafter's recipe also running the
+    # drafter over the prompt (a few ms), each then a step lag later (first_token_steps engine
+    # steps: the drafter's verify step is the longest)
     one = [x["points"][0] for x in layouts]
     assert one[2]["tpot_ms"] < one[0]["tpot_ms"] < one[1]["tpot_ms"]
     engine = [p["ttft_ms"] - p["ttft_split_ms"]["step_lag"] for p in one]
-    assert engine[0] == pytest.approx(engine[1], abs=2e-3) and engine[0] == pytest.approx(engine[2], abs=2e-3)
+    assert engine[0] == pytest.approx(engine[1], abs=2e-3)
+    assert engine[0] < engine[2] < 1.02 * engine[0]
     steps = [p["ttft_split_ms"]["step_lag"] / (p["tpot_ms"] * p["accept_length"]) for p in one]
     assert steps == pytest.approx([one[0]["params"]["first_token_steps"]] * 3, rel=1e-3)
 

@@ -149,6 +149,21 @@ def test_speculative_verify_reads_more_experts_and_pays_the_drafter() -> None:
     assert verify.breakdown["drafter"] > 0 == plain.breakdown["drafter"]
 
 
+def test_the_drafter_extends_over_the_prompt_once() -> None:
+    """A prompt's chunk also runs through the drafter (its cache of the prompt, the first
+    proposals): DSPARK's 2,249,289,601 parameters, 2 FLOP each per token, on each of 8 GPUs' share,
+    and its weights read once for the step; a plain layout pays none of it."""
+    lay = Layout(tp=8, dcp=8, speculative=Speculation("dspark", 7))
+    shape = BatchShape(prefill=(PrefillWork(8400, 0, True),))
+    f = CostModel(K3, B300, lay).features(shape)
+    per_gpu = 2_249_289_601 / 8
+    assert f.draft_flop_s == pytest.approx(2 * per_gpu * 8400 / B300.flops("bf16"))
+    assert f.draft_mem_s == pytest.approx(2 * per_gpu / B300.hbm_bandwidth_bytes_per_s)
+    assert f.draft_steps == 1
+    plain = CostModel(K3, B300, Layout(tp=8, dcp=8)).features(shape)
+    assert plain.draft_flop_s == plain.draft_mem_s == plain.draft_steps == 0
+
+
 def test_pipeline_hops() -> None:
     cm = CostModel(LLAMA8, H100, Layout(tp=1, pp=4))
     f = cm.features(BatchShape(decode=(DecodeWork(100),) * 4))

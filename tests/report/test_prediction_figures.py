@@ -9,20 +9,25 @@ from tokenmill.report.prediction_figures import _label_places, curve_figure
 
 def test_points_that_coincide_share_one_label() -> None:
     """A curve that saturates (128 and 256 lanes at nearly one point), two layouts that agree at 64
-    lanes, and points apart that keep their own labels."""
+    lanes or nearly agree at 16, and points apart that keep their own labels."""
     points = [
         (10.0, 100.0, 16),
         (44.10, 66.0, 128),
-        (44.12, 66.01, 256),  # within 1/80 of the range of the 128-lane point
+        (44.12, 66.01, 256),  # within 1/40 of the ranges of the 128-lane point
         (48.0, 43.0, 64),
         (48.0, 43.0, 64),  # the other layout's 64 lanes, at the same place
         (70.0, 16.0, 1),
+        (33.3, 55.7, 16),
+        (32.7, 54.6, 16),  # another layout's 16 lanes, 1 % of the ranges away: its label would overlap
+        (34.0, 50.0, 32),  # 7 % below: its own label
     ]
     assert _label_places(points) == {
         (10.0, 100.0): [16],
         (44.10, 66.0): [128, 256],
         (48.0, 43.0): [64],
         (70.0, 16.0): [1],
+        (33.3, 55.7): [16],
+        (34.0, 50.0): [32],
     }
     assert _label_places([]) == {}
 

@@ -51,7 +51,8 @@ What the demands count (per step, busiest GPU):
   micro-batch overlap is modelled here; ``replay.PipelinedCost`` pipelines a disaggregated
   prefill worker's chunks) and adds a point-to-point hop between stages.
 - **drafter**: the DSPARK drafter (one pass proposing the block) or MTP layers (one pass per
-  draft token), plus a launch overhead per speculative step.
+  draft token), one pass over a step's prompt tokens (the drafter's own cache of the prompt),
+  plus a launch overhead per speculative step.
 - **overhead**: per-layer launch gaps (eager prefill vs CUDA-graph decode), sampling per produced
   token, and the part of the CPU step overhead the GPU does not hide.
 """
@@ -573,6 +574,12 @@ class CostModel:
             draft_f = draft_flop_per_token * drafted
             draft_m = draft_mem * passes
             draft_steps = passes
+        if passes and pre_tokens:
+            # the drafter extends over the prompt as well (its own cache of it, and the first
+            # proposals): one pass over the chunks, on top of whatever the step's decodes draft
+            draft_f += draft_flop_per_token * pre_tokens * pre_share
+            if not n_dec:
+                draft_m, draft_steps = draft_mem, 1
         is_prefill = bool(pre)
         return Features(
             *dense_flop,

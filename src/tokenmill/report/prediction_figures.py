@@ -88,18 +88,18 @@ def curve_figure(
     return path
 
 
-def _label_places(points: Sequence[tuple[float, float, int]], grid: int = 80) -> dict[tuple[float, float], list[int]]:
-    """Concurrency labels by place: points within 1/``grid`` of the data's range of one another
-    (where their labels would overlap) share one place, the first point's, and one label."""
+def _label_places(
+    points: Sequence[tuple[float, float, int]], near: float = 1 / 40
+) -> dict[tuple[float, float], list[int]]:
+    """Concurrency labels by place: a point within ``near`` of the data's range (on both axes) of a
+    place already labelled, where an 8-point label would overlap it, joins that place's label."""
     if not points:
         return {}
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     dx, dy = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
-    places: dict[tuple[int, int], tuple[float, float]] = {}
     out: dict[tuple[float, float], list[int]] = {}
     for x, y, c in points:
-        cell = (round(x / dx * grid), round(y / dy * grid))
-        at = places.setdefault(cell, (x, y))
+        at = next(((px, py) for px, py in out if abs(px - x) <= near * dx and abs(py - y) <= near * dy), (x, y))
         concs = out.setdefault(at, [])
         if c not in concs:
             concs.append(c)
