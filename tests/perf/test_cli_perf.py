@@ -505,13 +505,6 @@ def test_a_bad_decode_layout_value_is_one_line(layout: str, message: str, capsys
     assert code == 2 and message in err, err
 
 
-def test_the_decode_layout_takes_the_keys_compare_takes() -> None:
-    from tokenmill.cli.deployments import DECODE_LAYOUT_KEYS
-    from tokenmill.cli.options import layout_converters
-
-    assert {k.replace("-", "_") for k in DECODE_LAYOUT_KEYS} == set(layout_converters())
-
-
 def test_evaluate_predicts_scores_and_skips_with_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
     out = tmp_path / "pred.csv"

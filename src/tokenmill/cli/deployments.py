@@ -15,28 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tokenmill.cli.options import apply_overrides, layout_changes, layout_names
+from tokenmill.cli.options import ITEM_KEYS, apply_overrides, layout_changes, layout_names
 from tokenmill.errors import TokenmillError
 
-#: What ``--decode-layout`` may set: the layout keys of ``--compare`` (``options.layout_converters``,
-#: dashes for underscores), the decode worker's GPUs being ``--decode-gpus``.
-DECODE_LAYOUT_KEYS = (
-    "tp",
-    "ep",
-    "pp",
-    "dp-attention",
-    "dcp",
-    "moe-a2a-backend",
-    "max-running-requests",
-    "pool-ratio",
-    "avg-request-tokens",
-    "mem-fraction-static",
-    "kv-cache-dtype",
-    "page-size",
-    "prefix-cache",
-    "speculative",
-    "replayssm",
-)
+#: What ``--decode-layout`` may set: the layout keys of ``--compare``, the decode worker's GPUs
+#: being ``--decode-gpus``.
+DECODE_LAYOUT_KEYS = ITEM_KEYS
 #: ``--compare`` keys of disaggregation besides ``decode-KEY`` (predict only).
 WORKER_KEYS = ("prefill-workers", "decode-workers", "decode-gpus")
 

@@ -47,28 +47,43 @@ def _flag_bool(value: str) -> bool:
     raise ValueError(value)
 
 
-def layout_converters() -> dict[str, Any]:
-    """The layout flags a KEY=VALUE item may set (``--compare``, ``--decode-layout``), by field
-    name, each with its parser: a ValueError or a one-line TokenmillError for a bad value."""
-    from tokenmill.plan import KVDtype, PrefixCache, Speculation
+#: The layout fields a KEY=VALUE item may set (``--compare``, ``--decode-layout``) and how each is
+#: parsed: a Python type, or the name of a parser in ``tokenmill.plan`` (imported only when an item
+#: is parsed, so that the CLI's start does not pay for the planner).
+_LAYOUT_PARSERS: dict[str, Any] = {
+    "tp": int,
+    "ep": int,
+    "pp": int,
+    "dp_attention": int,
+    "dcp": int,
+    "page_size": int,
+    "max_running_requests": int,
+    "avg_request_tokens": int,
+    "pool_ratio": float,
+    "mem_fraction_static": float,
+    "kv_cache_dtype": "KVDtype.parse",
+    "prefix_cache": "PrefixCache",
+    "speculative": "Speculation.parse",
+    "replayssm": _flag_bool,
+    "moe_a2a_backend": str,
+}
+#: Those fields as an item spells them (dashes for underscores).
+ITEM_KEYS = tuple(k.replace("_", "-") for k in _LAYOUT_PARSERS)
 
-    return {
-        "tp": int,
-        "ep": int,
-        "pp": int,
-        "dp_attention": int,
-        "dcp": int,
-        "page_size": int,
-        "max_running_requests": int,
-        "avg_request_tokens": int,
-        "pool_ratio": float,
-        "mem_fraction_static": float,
-        "kv_cache_dtype": KVDtype.parse,
-        "prefix_cache": PrefixCache,
-        "speculative": Speculation.parse,
-        "replayssm": _flag_bool,
-        "moe_a2a_backend": str,
-    }
+
+def layout_converters() -> dict[str, Any]:
+    """``_LAYOUT_PARSERS`` with the planner's parsers resolved: each raises a ValueError or a
+    one-line TokenmillError for a bad value."""
+    import tokenmill.plan as plan
+
+    def resolve(parser: Any) -> Any:
+        if not isinstance(parser, str):
+            return parser
+        owner, _, attr = parser.partition(".")
+        obj = getattr(plan, owner)
+        return getattr(obj, attr) if attr else obj
+
+    return {key: resolve(parser) for key, parser in _LAYOUT_PARSERS.items()}
 
 
 def layout_changes(items: list[tuple[str, str]], where: str) -> dict[str, Any]:
