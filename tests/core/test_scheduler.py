@@ -149,6 +149,47 @@ def test_mixed_chunk_runs_decodes_inside_prefill_steps() -> None:
     assert out is not None and out.batch.kind == "mixed"
 
 
+def test_a_mixed_steps_decodes_take_their_tokens_from_its_budget() -> None:
+    """vLLM's max_num_batched_tokens, TensorRT-LLM's max_num_tokens and SGLang's mixed chunk count
+    each decode the step carries against the step's token budget: 30 decoding requests leave
+    1,000 − 30 = 970 tokens of a 1,000-token budget to the prompt."""
+    cfg = SchedulerConfig(num_pages=1000, page_tokens=64, prefix_cache=False, mixed_chunk=True, chunk_tokens=1000)
+    sched = Scheduler(cfg)
+    engine = Engine(sched, FixedStep())
+    for i in range(30):
+        engine.add_request(Request(f"d{i}", prompt_len=10, max_new_tokens=50))
+    engine.step(0.0)  # 300 prompt tokens: all 30 now decode
+    engine.add_request(Request("p", prompt_len=5000, max_new_tokens=2))
+    out = engine.step(0.01)
+    assert out is not None and out.batch.kind == "mixed"
+    assert [p.length for p in out.batch.prefill] == [970]
+    assert out.batch.num_decode == 30
+    # the chunked prompt continues in the next step with the same budget left
+    out = engine.step(0.02)
+    assert out is not None and [(p.start, p.length) for p in out.batch.prefill] == [(970, 970)]
+
+
+def test_a_mixed_step_whose_decodes_fill_the_budget_carries_no_prompt() -> None:
+    """The queue, and a chunked prompt, wait while the decodes take the whole budget; under
+    speculative decoding each decode takes its verify width (here 2 tokens)."""
+    cfg = SchedulerConfig(
+        num_pages=1000, page_tokens=16, prefix_cache=False, mixed_chunk=True, chunk_tokens=40, verify_tokens=2
+    )
+    sched = Scheduler(cfg)
+    engine = Engine(sched, FixedStep())
+    for i in range(20):
+        engine.add_request(Request(f"d{i}", prompt_len=1, max_new_tokens=50))
+    engine.add_request(Request("p", prompt_len=100, max_new_tokens=2))
+    out = engine.step(0.0)  # 20 one-token prompts and p's first 20 tokens
+    assert out is not None and [p.length for p in out.batch.prefill] == [1] * 20 + [20]
+    assert sched.chunked is not None and sched.chunked.rid == "p"
+    engine.add_request(Request("q", prompt_len=5, max_new_tokens=2))
+    out = engine.step(0.01)  # 20 decodes × 2 tokens = the whole budget
+    assert out is not None and out.batch.kind == "decode"
+    assert out.batch.prefill == [] and out.batch.num_decode == 20
+    assert [r.rid for r in sched.waiting] == ["q"]
+
+
 def test_abort_frees_everything_at_once() -> None:
     cfg = SchedulerConfig(num_pages=100, page_tokens=64, num_state_slots=9)
     sched = Scheduler(cfg)

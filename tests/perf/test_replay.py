@@ -421,6 +421,24 @@ def test_lanes_in_lock_step_queue_one_prompt_step_behind_another() -> None:
     assert res.ttft_s == pytest.approx(0.02 + 2.5 * step, rel=1e-9)
 
 
+@pytest.mark.parametrize("backend", ["vllm", "trtllm"])
+def test_a_mixed_engines_burst_fills_its_token_budget_in_one_step(backend: str) -> None:
+    """vLLM and TRT-LLM, four lanes in lock step of 2,048-token prompts on an H100: a wave reaches
+    an engine with nothing decoding (the lanes finished together), so its 4 × 2,048 = 8,192
+    tokens fill the step's budget exactly and all four first tokens come from one step. (The
+    budget less one token per lane, as the replay had it until 2026-12-02, split the fourth
+    prompt 2,044 + 4 over two steps.)"""
+    from tokenmill.perf.batch import PrefillWork
+
+    params = PerfParams(request_latency_s=0.02, burst_share=1.0, first_token_steps=0.0)
+    assert engine_policy(backend, H100, PLAN.layout).chunk_tokens == 8192
+    res = replay_aggregated(PLAN, backend, 2048, 32, 4, params)
+    step = CostModel(LLAMA8, H100, PLAN.layout, params).step_time(BatchShape(prefill=(PrefillWork(2048),) * 4)).seconds
+    assert res.ttft_split["queued"] == 0.0
+    assert res.ttft_split["prefill"] == pytest.approx(step, rel=1e-9)
+    assert res.ttft_s == pytest.approx(0.02 + step, rel=1e-9)
+
+
 @pytest.mark.parametrize("backend", ["sglang", "vllm", "trtllm"])
 def test_ttft_split_adds_up_and_the_regimes_weigh_by_the_burst_share(backend: str) -> None:
     params = PerfParams(burst_share=0.3)

@@ -1,15 +1,18 @@
 """The scheduler: continuous batching over two pools, as SGLang's scheduler does it.
 
 Each step is either a **prefill** step or a **decode** step (SGLang's default; ``mixed_chunk``
-adds the running decodes to a prefill step). Prefill has priority: new requests are admitted in
-arrival order while all of these hold:
+adds the running decodes to a prefill step, and they take their tokens from the step's budget
+first, as vLLM's ``max_num_batched_tokens``, TensorRT-LLM's ``max_num_tokens`` and SGLang's mixed
+chunk count them). Prefill has priority: new requests are admitted in arrival order while all of
+these hold:
 
 - running requests stay under the running-request cap (the plan's ``max_running_requests``);
 - the prompt's pages fit in free + evictable KV pages after reserving ``new_token_ratio`` of every
   running request's remaining output (SGLang's ``PrefillAdder`` budget);
 - a hybrid model finds its live state slot and track buffers in free + evictable state slots;
-- the step's prefill tokens stay under ``chunk_tokens`` (16,384); the request that does not fit
-  whole is chunked and continues first in the next prefill step (one chunked request at a time).
+- the step's prefill tokens stay under ``chunk_tokens`` (16,384; in a mixed step, less the tokens
+  of the decodes it carries); the request that does not fit whole is chunked and continues first
+  in the next prefill step (one chunked request at a time).
 
 A request that shares a cached prefix resumes from the longest state checkpoint inside it (a
 **midfill**: new tokens on a long cached context). Decoding requests get one token per step, or
@@ -67,6 +70,9 @@ class SchedulerConfig:
     prefix_cache: bool = True
     verify_tokens: int = 1  # speculative decoding: draft tokens + 1 per verify pass
     mixed_chunk: bool = False
+    # tokens each decoding request takes from a mixed step's budget; None: ``verify_tokens`` (a
+    # replay whose decode steps stand for several real ones carries its decodes 1 token a mixed step)
+    mixed_decode_tokens: int | None = None
     new_token_ratio: float = NEW_TOKEN_RATIO
     reserve_clip: int = CLIP_MAX_NEW_TOKENS  # the most output tokens one request's reservation counts
     uniform_decode: bool = False  # decoding requests as one DecodeCohort (see the module docstring)
@@ -273,9 +279,12 @@ class Scheduler:
         self._step += 1
         batch = ScheduledBatch(self._step)
         budget = self.config.chunk_tokens
+        if self.config.mixed_chunk:
+            decoding = len(self.running) - (self.chunked is not None)
+            budget -= decoding * (self.config.mixed_decode_tokens or self.config.verify_tokens)
         if self._cohort is not None:
             self._cohort.unclip_due()
-        if self.chunked is not None:
+        if self.chunked is not None and budget > 0:
             item = self._prefill_item(self.chunked, budget, None)
             batch.prefill.append(item)
             budget -= item.length

@@ -399,7 +399,6 @@ def _closed_loop(
     stride: int | None = None,
     stagger: bool = True,
     cohort: bool = True,
-    budget_lanes: int | None = None,
     head: int = 0,
 ) -> _Loop:
     """Run one worker; return its requests (in send order), the first-wave size, the log and
@@ -407,10 +406,9 @@ def _closed_loop(
 
     With ``stagger`` the first wave's lanes are desynchronised (see the module docstring): lane i
     asks for ⌈OSL·(i+1)/C⌉ tokens, or (one-token requests) waits (i+1)/C of its think time after
-    the first answer, so later waves arrive spread as in a long-running benchmark.
-    ``budget_lanes`` sizes a mixed engine's prefill budget for that many lanes instead (a shorter
-    replay standing in for a longer one, ``perf.saturated``); with ``head`` the replay stops once
-    its first ``head`` requests have finished (their times are the full replay's)."""
+    the first answer, so later waves arrive spread as in a long-running benchmark. With ``head``
+    the replay stops once its first ``head`` requests have finished (their times are the full
+    replay's)."""
     notes: list[str] = []
     opts = SimOptions(chunk_tokens=policy.chunk_tokens, mixed_chunk=policy.mixed_chunk, perf=params)
     config = replace(
@@ -423,13 +421,9 @@ def _closed_loop(
     if stride is None:
         stride = 1 if spec else max(1, new_tokens // DECODE_EVENTS)
     if not spec:
-        config = replace(config, verify_tokens=stride)
-    if policy.mixed_chunk:
-        # the engine's token budget per step is shared with the decodes it carries
-        per_rank = policy.chunk_tokens // plan.layout.dp_attention
-        running = -(-(budget_lanes or lanes) // plan.layout.dp_attention)
-        budget = max(per_rank // 2, per_rank - running) * plan.layout.dp_attention
-        config = replace(config, chunk_tokens=budget)
+        # a decode step stands for ``stride`` real ones; a mixed step carries its decodes 1 token
+        # each, and they take those tokens from the step's budget (``core.scheduler``)
+        config = replace(config, verify_tokens=stride, mixed_decode_tokens=1)
     log = StepLog() if record else None
     executor: _StrideExecutor | SimExecutor
     if spec or (stride == 1 and not record):
@@ -668,7 +662,6 @@ class _Point:
             stride=self.stride,
             stagger=not sync,
             cohort=self.cohort,
-            budget_lanes=self.lanes,
             head=head,
         )
 
