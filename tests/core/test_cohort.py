@@ -130,6 +130,7 @@ configs = st.builds(
     prefix_cache=st.booleans(),
     verify_tokens=st.sampled_from([1, 1, 3, 8]),
     mixed_chunk=st.booleans(),
+    prefill_ranks=st.sampled_from([1, 1, 2, 4]),
 )
 request_lists = st.lists(
     st.tuples(st.integers(0, 40), st.integers(1, 120), st.integers(1, 60), st.sampled_from([0, 0, 1, 2])),

@@ -182,12 +182,53 @@ def test_a_mixed_step_whose_decodes_fill_the_budget_carries_no_prompt() -> None:
     engine.add_request(Request("p", prompt_len=100, max_new_tokens=2))
     out = engine.step(0.0)  # 20 one-token prompts and p's first 20 tokens
     assert out is not None and [p.length for p in out.batch.prefill] == [1] * 20 + [20]
-    assert sched.chunked is not None and sched.chunked.rid == "p"
+    assert [r.rid for r in sched.chunked] == ["p"]
     engine.add_request(Request("q", prompt_len=5, max_new_tokens=2))
     out = engine.step(0.01)  # 20 decodes × 2 tokens = the whole budget
     assert out is not None and out.batch.kind == "decode"
     assert out.batch.prefill == [] and out.batch.num_decode == 20
     assert [r.rid for r in sched.waiting] == ["q"]
+
+
+def test_attention_dp_ranks_each_chunk_their_own_prompt() -> None:
+    """Four attention-DP ranks as one scheduler with their 4 × 100 tokens of budget: a prompt takes
+    at most one rank's 100 tokens a step, and two 250-token prompts are chunked side by side
+    (100 + 100, 100 + 100, 50 + 50) where one rank's 400 would take the first whole."""
+    cfg = SchedulerConfig(num_pages=1000, page_tokens=16, prefix_cache=False, chunk_tokens=400, prefill_ranks=4)
+    sched = Scheduler(cfg)
+    engine = Engine(sched, FixedStep())
+    engine.add_request(Request("a", prompt_len=250, max_new_tokens=2))
+    engine.add_request(Request("b", prompt_len=250, max_new_tokens=2))
+    steps = []
+    t = 0.0
+    for _ in range(3):
+        out = engine.step(t)
+        assert out is not None
+        t = out.end_s
+        steps.append([(p.request.rid, p.start, p.length, p.last) for p in out.batch.prefill])
+    assert steps == [
+        [("a", 0, 100, False), ("b", 0, 100, False)],
+        [("a", 100, 100, False), ("b", 100, 100, False)],
+        [("a", 200, 50, True), ("b", 200, 50, True)],
+    ]
+    one = Scheduler(SchedulerConfig(num_pages=1000, page_tokens=16, prefix_cache=False, chunk_tokens=400))
+    engine = Engine(one, FixedStep())
+    engine.add_request(Request("a", prompt_len=250, max_new_tokens=2))
+    engine.add_request(Request("b", prompt_len=250, max_new_tokens=2))
+    out = engine.step(0.0)
+    assert out is not None and [(p.request.rid, p.length) for p in out.batch.prefill] == [("a", 250), ("b", 150)]
+
+
+def test_at_most_one_chunked_prompt_a_rank() -> None:
+    """Two ranks: two prompts mid-way through their chunks at once, the third waits for a rank."""
+    cfg = SchedulerConfig(num_pages=1000, page_tokens=16, prefix_cache=False, chunk_tokens=200, prefill_ranks=2)
+    sched = Scheduler(cfg)
+    engine = Engine(sched, FixedStep())
+    for rid in "abc":
+        engine.add_request(Request(rid, prompt_len=500, max_new_tokens=2))
+    out = engine.step(0.0)
+    assert out is not None and [(p.request.rid, p.length) for p in out.batch.prefill] == [("a", 100), ("b", 100)]
+    assert [r.rid for r in sched.chunked] == ["a", "b"] and [r.rid for r in sched.waiting] == ["c"]
 
 
 def test_abort_frees_everything_at_once() -> None:

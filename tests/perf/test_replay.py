@@ -439,6 +439,25 @@ def test_a_mixed_engines_burst_fills_its_token_budget_in_one_step(backend: str) 
     assert res.ttft_s == pytest.approx(0.02 + step, rel=1e-9)
 
 
+def test_an_attention_dp_rank_chunks_a_long_prompt_at_its_own_budget() -> None:
+    """DeepSeek-R1 on 8 × H200 with DP 8: each rank's SGLang scheduler chunks at 8,192 tokens (a GPU
+    under 160 GB), so one lane's 32,768-token prompt is four steps of its rank, 8,192 tokens on 0,
+    8,192, 16,384 and 24,576 of context, not one step within all eight ranks' 65,536-token budget
+    (until 2026-12-02 one rank took the whole prompt in one step)."""
+    from tokenmill.perf.batch import PrefillWork
+
+    model, gpu = load_model("deepseek-r1"), load_gpu("h200")
+    plan = plan_memory(model, gpu, 8, Layout(tp=8, dp_attention=8, ep=8))
+    params = PerfParams(request_latency_s=0.02, first_token_steps=0.0)
+    assert engine_policy("sglang", gpu, plan.layout).chunk_tokens == 8 * 8192
+    res = replay_aggregated(plan, "sglang", 32768, 8, 1, params)
+    cost = CostModel(model, gpu, plan.layout, params)
+    chunks = [PrefillWork(8192, start, start == 24576) for start in range(0, 32768, 8192)]
+    steps = sum(cost.step_time(BatchShape(prefill=(c,))).seconds for c in chunks)
+    assert res.ttft_split["queued"] == 0.0
+    assert res.ttft_split["prefill"] == pytest.approx(steps, rel=1e-9)
+
+
 @pytest.mark.parametrize("backend", ["sglang", "vllm", "trtllm"])
 def test_ttft_split_adds_up_and_the_regimes_weigh_by_the_burst_share(backend: str) -> None:
     params = PerfParams(burst_share=0.3)

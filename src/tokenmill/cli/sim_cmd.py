@@ -153,7 +153,12 @@ def simulate(
         list[int] | None, typer.Option("--probe-tokens", help="interference: prompt tokens (repeatable).")
     ] = None,
     accept_length: AcceptOpt = None,
-    chunk_tokens: Annotated[int, typer.Option("--chunk-tokens", help="Chunked-prefill size.")] = 16384,
+    chunk_tokens: Annotated[
+        int,
+        typer.Option(
+            "--chunk-tokens", help="Chunked-prefill size of each scheduler (each attention-DP rank has its own)."
+        ),
+    ] = 16384,
     mixed_chunk: Annotated[bool, typer.Option("--mixed-chunk", help="Run decodes inside prefill steps.")] = False,
     max_time: Annotated[float | None, typer.Option("--max-time", help="Stop the clock (simulated s).")] = None,
     backend: BackendOpt = None,

@@ -12,7 +12,10 @@ these hold:
 - a hybrid model finds its live state slot and track buffers in free + evictable state slots;
 - the step's prefill tokens stay under ``chunk_tokens`` (16,384; in a mixed step, less the tokens
   of the decodes it carries); the request that does not fit whole is chunked and continues first
-  in the next prefill step (one chunked request at a time).
+  in the next prefill step (one chunked request at a time). Under attention DP
+  (``prefill_ranks`` = R > 1, the ranks run as one scheduler with R ranks' budget) a prompt takes at
+  most one rank's share, ``chunk_tokens`` / R, of a step, and up to R prompts are mid-way through
+  their chunks at once, one a rank, as R schedulers each with its own chunked request would.
 
 A request that shares a cached prefix resumes from the longest state checkpoint inside it (a
 **midfill**: new tokens on a long cached context). Decoding requests get one token per step, or
@@ -73,13 +76,23 @@ class SchedulerConfig:
     # tokens each decoding request takes from a mixed step's budget; None: ``verify_tokens`` (a
     # replay whose decode steps stand for several real ones carries its decodes 1 token a mixed step)
     mixed_decode_tokens: int | None = None
+    # attention-DP ranks sharing ``chunk_tokens``: the most of one prompt a step takes is one rank's share
+    prefill_ranks: int = 1
     new_token_ratio: float = NEW_TOKEN_RATIO
     reserve_clip: int = CLIP_MAX_NEW_TOKENS  # the most output tokens one request's reservation counts
     uniform_decode: bool = False  # decoding requests as one DecodeCohort (see the module docstring)
     record_tokens: bool = True  # False: no output ids or token times (a replay reads lengths and first/finish times)
 
     def __post_init__(self) -> None:
-        positive = ("num_pages", "page_tokens", "max_running_requests", "chunk_tokens", "verify_tokens", "reserve_clip")
+        positive = (
+            "num_pages",
+            "page_tokens",
+            "max_running_requests",
+            "chunk_tokens",
+            "verify_tokens",
+            "reserve_clip",
+            "prefill_ranks",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise TokenmillError(f"scheduler {name} must be positive (got {getattr(self, name)})")
@@ -119,7 +132,7 @@ class Scheduler:
             self.cache = HybridPrefixCache(self.pages, self.slots, require_state=config.hybrid)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.chunked: Request | None = None
+        self.chunked: list[Request] = []  # prompts mid-way through their chunks (one a rank)
         self.stats = SchedulerStats()
         self._step = 0
         self._slots_per_request = (1 + config.track_slots_per_request) if config.hybrid else 0
@@ -280,18 +293,23 @@ class Scheduler:
         batch = ScheduledBatch(self._step)
         budget = self.config.chunk_tokens
         if self.config.mixed_chunk:
-            decoding = len(self.running) - (self.chunked is not None)
+            decoding = len(self.running) - len(self.chunked)
             budget -= decoding * (self.config.mixed_decode_tokens or self.config.verify_tokens)
         if self._cohort is not None:
             self._cohort.unclip_due()
-        if self.chunked is not None and budget > 0:
-            item = self._prefill_item(self.chunked, budget, None)
+        ranks = self.config.prefill_ranks
+        cap = self.config.chunk_tokens // ranks  # one rank's budget: the most of one prompt a step takes
+        chunked, self.chunked = self.chunked, []
+        for i, req in enumerate(chunked):
+            if budget <= 0:
+                self.chunked.extend(chunked[i:])
+                break
+            item = self._prefill_item(req, min(budget, cap), None)
             batch.prefill.append(item)
             budget -= item.length
             if not item.last:
-                return self._finish_schedule(batch)
-            self.chunked = None
-        if self.waiting and budget > 0:
+                self.chunked.append(req)
+        if self.waiting and budget > 0 and len(self.chunked) < ranks:
             reserve = self._decode_reserve_pages()
             while self.waiting and budget > 0:
                 if len(self.running) >= self.config.max_running_requests:
@@ -307,13 +325,14 @@ class Scheduler:
                 self.running.append(req)
                 if self._cohort is not None:
                     self._outside[id(req)] = req
-                item = self._prefill_item(req, budget, self._restore_slot)
+                item = self._prefill_item(req, min(budget, cap), self._restore_slot)
                 batch.prefill.append(item)
                 budget -= item.length
                 reserve += self._own_reserve_pages(req)
                 if not item.last:
-                    self.chunked = req
-                    break
+                    self.chunked.append(req)
+                    if len(self.chunked) >= ranks:
+                        break
         return self._finish_schedule(batch)
 
     def _finish_schedule(self, batch: ScheduledBatch) -> ScheduledBatch:
@@ -654,8 +673,8 @@ class Scheduler:
         req.finish_s = t
         req.finish_reason = reason
         self.running.remove(req)
-        if self.chunked is req:
-            self.chunked = None
+        if req in self.chunked:
+            self.chunked.remove(req)
         self.stats.finished += 1
 
     def flush_cache(self) -> int:
@@ -675,7 +694,7 @@ class Scheduler:
             self._leave_cohort(req)
             self._release(req, insert=False)
             self.running.remove(req)
-            if self.chunked is req:
-                self.chunked = None
+            if req in self.chunked:
+                self.chunked.remove(req)
         req.status = Status.FINISHED
         req.finish_reason = "abort"

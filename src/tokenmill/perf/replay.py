@@ -410,7 +410,9 @@ def _closed_loop(
     the replay stops once its first ``head`` requests have finished (their times are the full
     replay's)."""
     notes: list[str] = []
-    opts = SimOptions(chunk_tokens=policy.chunk_tokens, mixed_chunk=policy.mixed_chunk, perf=params)
+    # SimOptions takes one rank's budget; the worker's scheduler gets every rank's
+    rank_chunk = policy.chunk_tokens // plan.layout.dp_attention
+    opts = SimOptions(chunk_tokens=rank_chunk, mixed_chunk=policy.mixed_chunk, perf=params)
     config = replace(
         scheduler_config_for(plan, opts),
         new_token_ratio=policy.new_token_ratio,

@@ -40,7 +40,7 @@ TRACK_SLOTS = {
 
 @dataclass(frozen=True)
 class SimOptions:
-    chunk_tokens: int = 16384
+    chunk_tokens: int = 16384  # one scheduler's (one attention-DP rank's) prefill budget per step
     accept_length: float = 1.0  # tokens accepted per verify pass under speculation
     mixed_chunk: bool = False
     max_time_s: float | None = None  # stop the clock here; unfinished requests count as failed
@@ -84,8 +84,10 @@ class SimulationResult:
 def scheduler_config_for(plan: MemoryPlan, options: SimOptions) -> SchedulerConfig:
     """Pool sizes and policies of one worker's scheduler, from the plan (the same for the real
     engine). Under attention DP the worker is ``dp_attention`` SGLang schedulers, each with its own
-    pools; the simulator runs them as one scheduler (one step clock, a prefill budget of all ranks,
-    the busiest rank's cost), so it gets the pools and caps of all ranks: the plan's worker totals."""
+    pools and its own ``chunk_tokens`` (``--chunked-prefill-size`` is per scheduler); the simulator
+    runs them as one scheduler (one step clock, the budget of all ranks, a prompt taking at most
+    one rank's share of a step and up to one chunked prompt a rank, the busiest rank's cost), so
+    it gets the pools, caps and budgets of all ranks: the plan's worker totals."""
     if not plan.fits:
         raise TokenmillError(f"cannot simulate: {plan.reason}")
     lay = plan.layout
@@ -96,7 +98,8 @@ def scheduler_config_for(plan: MemoryPlan, options: SimOptions) -> SchedulerConf
         page_tokens=page_tokens,
         num_state_slots=plan.state_slots if hybrid else 0,
         max_running_requests=plan.max_running_requests,
-        chunk_tokens=options.chunk_tokens,
+        chunk_tokens=options.chunk_tokens * lay.dp_attention,
+        prefill_ranks=lay.dp_attention,
         track_slots_per_request=TRACK_SLOTS[lay.prefix_cache] if hybrid else 0,
         prefix_cache=lay.prefix_cache is not PrefixCache.OFF,
         verify_tokens=lay.speculative.num_draft_tokens if lay.speculative.enabled else 1,
