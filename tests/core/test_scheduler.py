@@ -283,7 +283,12 @@ def test_victim_heap_picks_what_the_linear_scan_picked(
         got.status = Status.WAITING  # retracted: out of both choices from now on
 
 
-@pytest.mark.parametrize("field", ["reserve_clip", "verify_tokens"])
+@pytest.mark.parametrize("field", ["reserve_clip", "verify_tokens", "prefill_ranks", "mixed_decode_tokens"])
 def test_a_size_that_is_not_positive_is_refused_by_name(field: str) -> None:
     with pytest.raises(TokenmillError, match=f"scheduler {field} must be positive"):
         SchedulerConfig(num_pages=10, page_tokens=16, **{field: 0})
+
+
+def test_a_budget_smaller_than_its_ranks_is_refused() -> None:
+    with pytest.raises(TokenmillError, match="chunk_tokens \\(4\\) must give each of the 8 prefill ranks a token"):
+        SchedulerConfig(num_pages=10, page_tokens=16, chunk_tokens=4, prefill_ranks=8)

@@ -96,6 +96,13 @@ class SchedulerConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise TokenmillError(f"scheduler {name} must be positive (got {getattr(self, name)})")
+        if self.mixed_decode_tokens is not None and self.mixed_decode_tokens <= 0:
+            raise TokenmillError(f"scheduler mixed_decode_tokens must be positive (got {self.mixed_decode_tokens})")
+        if self.chunk_tokens < self.prefill_ranks:
+            raise TokenmillError(
+                f"scheduler chunk_tokens ({self.chunk_tokens}) must give each of the "
+                f"{self.prefill_ranks} prefill ranks a token"
+            )
         if self.num_state_slots < 0 or self.track_slots_per_request < 0:
             raise TokenmillError("scheduler state slot counts must not be negative")
 
