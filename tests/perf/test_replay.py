@@ -449,7 +449,7 @@ def test_an_attention_dp_rank_chunks_a_long_prompt_at_its_own_budget() -> None:
     model, gpu = load_model("deepseek-r1"), load_gpu("h200")
     plan = plan_memory(model, gpu, 8, Layout(tp=8, dp_attention=8, ep=8))
     params = PerfParams(request_latency_s=0.02, first_token_steps=0.0)
-    assert engine_policy("sglang", gpu, plan.layout).chunk_tokens == 8 * 8192
+    assert engine_policy("sglang", gpu, plan.layout).chunk_tokens == 8192
     res = replay_aggregated(plan, "sglang", 32768, 8, 1, params)
     cost = CostModel(model, gpu, plan.layout, params)
     chunks = [PrefillWork(8192, start, start == 24576) for start in range(0, 32768, 8192)]

@@ -174,7 +174,7 @@ def check_concurrency(concurrency: int, name: str = "concurrency") -> None:
 class EnginePolicy:
     backend: str
     mixed_chunk: bool
-    chunk_tokens: int
+    chunk_tokens: int  # one scheduler's (one attention-DP rank's) prefill budget per step
     new_token_ratio: float = NEW_TOKEN_RATIO
     reserve_clip: int = CLIP_MAX_NEW_TOKENS
 
@@ -187,11 +187,11 @@ def engine_policy(backend: str, gpu: GPU, layout: Layout) -> EnginePolicy:
     b = backend.lower()
     if b == "sglang":
         chunk = 16384 if gpu.memory_sold_bytes >= 160 * 10**9 else 8192
-        return EnginePolicy(b, False, chunk * layout.dp_attention)
+        return EnginePolicy(b, False, chunk)
     if b == "trtllm":
-        return EnginePolicy(b, True, 8192 * layout.dp_attention, new_token_ratio=1.0, reserve_clip=WHOLE_OUTPUT)
+        return EnginePolicy(b, True, 8192, new_token_ratio=1.0, reserve_clip=WHOLE_OUTPUT)
     if b == "vllm":
-        return EnginePolicy(b, True, 8192 * layout.dp_attention)
+        return EnginePolicy(b, True, 8192)
     raise TokenmillError(f"--backend must be sglang, vllm or trtllm (got {backend!r})")
 
 
@@ -410,9 +410,7 @@ def _closed_loop(
     the replay stops once its first ``head`` requests have finished (their times are the full
     replay's)."""
     notes: list[str] = []
-    # SimOptions takes one rank's budget; the worker's scheduler gets every rank's
-    rank_chunk = policy.chunk_tokens // plan.layout.dp_attention
-    opts = SimOptions(chunk_tokens=rank_chunk, mixed_chunk=policy.mixed_chunk, perf=params)
+    opts = SimOptions(chunk_tokens=policy.chunk_tokens, mixed_chunk=policy.mixed_chunk, perf=params)
     config = replace(
         scheduler_config_for(plan, opts),
         new_token_ratio=policy.new_token_ratio,
@@ -829,8 +827,7 @@ def replay_aggregated(
                 return short
         return _run_regime(point, sync, record)
 
-    per_rank = policy.chunk_tokens // plan.layout.dp_attention
-    fork = parallel and not record and worth_forking(lanes, isl, per_rank)
+    fork = parallel and not record and worth_forking(lanes, isl, policy.chunk_tokens)
     runs = _replay_regimes(run, syncs, fork, waiting)
     notes += _saturated_note(lanes, runs)
     ttft = tpot = e2e = 0.0
@@ -1013,9 +1010,7 @@ def replay_disaggregated(
             break
         f_dec, tpot = f_next, t_next
     think = (osl - 1) * tpot + xfer + wait  # a lane waiting for a decode slot is away from the prefill
-    fork = (
-        parallel and not record and worth_forking(lanes, isl, policy.chunk_tokens // prefill_plan.layout.dp_attention)
-    )
+    fork = parallel and not record and worth_forking(lanes, isl, policy.chunk_tokens)
     runs = _replay_regimes(partial(run, think=think), syncs, fork, waiting)
     t_pre = queued = 0.0
     for sync in syncs:
@@ -1093,18 +1088,20 @@ def _prefill_seconds_per_prompt(
     cost: CostModel, params: PerfParams, policy: EnginePolicy, isl: int, lanes: int
 ) -> float:
     """Engine time one prompt of ``isl`` tokens costs a prefill worker that is kept busy: its
-    chunks if it is longer than a step's budget, else its share of a step of as many such prompts
-    as the budget (and the lanes) allow."""
-    chunk = policy.chunk_tokens
+    chunks at one rank's budget if it is longer than that, side by side with as many such prompts
+    as the worker has attention-DP ranks (and lanes), else its share of a step of as many such
+    prompts as the worker's budget (and the lanes) allow (the scheduler's rules, ``core.scheduler``)."""
+    chunk, ranks = policy.chunk_tokens, cost.layout.dp_attention
     if isl >= chunk:
+        k = max(1, min(lanes, ranks))
         total, start = 0.0, 0
         while start < isl:
             n = min(chunk, isl - start)
-            f = cost.features(BatchShape(prefill=(PrefillWork(n, start, start + n == isl),)))
+            f = cost.features(BatchShape(prefill=(PrefillWork(n, start, start + n == isl),) * k))
             total += _seconds(f, params)
             start += n
-        return total
-    k = max(1, min(lanes, chunk // isl))
+        return total / k
+    k = max(1, min(lanes, chunk * ranks // isl))
     f = cost.features(BatchShape(prefill=(PrefillWork(isl, 0, True),) * k))
     return _seconds(f, params) / k
 
