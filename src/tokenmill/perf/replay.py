@@ -17,7 +17,7 @@ the lanes stay in lock step, so each point is replayed twice:
   pulled a long benchmark apart.
 
 In each replay the first wave (a burst from idle) counts 1/10 and the next two waves (one when a
-worker holds ≥ 32 lanes) 9/10, as in a 10-wave run. The lanes send one wave more, unmeasured,
+worker holds ≥ 512 lanes) 9/10, as in a 10-wave run. The lanes send one wave more, unmeasured,
 and the replay ends when the last measured request finishes: a measured request decodes beside
 full lanes to its end, as in a benchmark's middle waves (with no wave after them, the desynchronised
 replay's measured requests spent about half their decode in a batch draining towards zero, which
@@ -140,7 +140,14 @@ KEYED_DECODES = 16  # decoding requests listed one by one in a step that is stil
 #: contexts, its decode cohort (count, context sum)
 _StepKey = tuple[tuple[tuple[int, int, bool], ...], tuple[int, ...], tuple[int, int] | None]
 WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
-LARGE_WORKER = 32  # lanes per worker from which one measured wave after the first is enough
+#: Lanes per worker from which one measured wave after the first is enough. Below it a replay
+#: measures two: in a prefill-bound mixed engine the first wave's staggered answers send the lanes
+#: back while its prompts are still queued, and one wave would sit in that backlog's transient
+#: (Qwen3-32B, 2 × H100, vLLM, 4,096/16 at 32 lanes: 3.45 requests/s with one wave, 4.01 with two;
+#: docs/perf.md §2 "Waves and regimes"). From 512 lanes one wave is kept for time, not accuracy:
+#: it halves the replay, and ``predict`` at thousands of lanes stays under a second; the
+#: transient stays in those points.
+LARGE_WORKER = 512
 #: Lanes a replay runs at most: 4 × the largest concurrency of the calibration file. A replay's
 #: time and memory grow with the lanes (16,384 lanes on one GPU: 10.5 s, 1.1 GB), so a row or a
 #: flag asking for a million is refused rather than left to run for hours.
@@ -400,9 +407,14 @@ def _closed_loop(
     stagger: bool = True,
     cohort: bool = True,
     head: int = 0,
+    waves_of: int | None = None,
 ) -> _Loop:
     """Run one worker; return its requests (in send order), the first-wave size, the log and
     whether the scheduler's queue stayed saturated.
+
+    The waves measured after the first are those of a worker of ``waves_of`` lanes (default
+    ``lanes``; ``LARGE_WORKER``): a shorter replay standing in for a point measures what the
+    point's own replay would, so that ``perf.saturated`` extrapolates like to like.
 
     With ``stagger`` the first wave's lanes are desynchronised (see the module docstring): lane i
     asks for ⌈OSL·(i+1)/C⌉ tokens, or (one-token requests) waits (i+1)/C of its think time after
@@ -436,7 +448,7 @@ def _closed_loop(
     engine = Engine(scheduler, executor)
     saturated = True
     first_wave = lanes
-    measured = lanes if lanes >= LARGE_WORKER else 2 * lanes
+    measured = lanes if (waves_of or lanes) >= LARGE_WORKER else 2 * lanes
     total = first_wave + measured
     # the lanes keep sending one wave past the measured ones, and the replay stops when the last
     # measured request finishes: the measured requests decode in a full batch to their end, as
@@ -663,6 +675,7 @@ class _Point:
             stagger=not sync,
             cohort=self.cohort,
             head=head,
+            waves_of=self.lanes,
         )
 
 
