@@ -18,6 +18,10 @@ one command can take 30 % more than the next for nothing it did.
 ``PYTHONPATH``) runs the same command run by run alternately with this checkout's, first one then
 the other, so a drift of the machine's speed falls on both. Its column is the command's median and
 range; the answers of the two are compared and a difference is printed.
+
+``--against-path DIR`` is the same with this checkout's code and DIR first on ``PYTHONPATH``: a
+dependency's other release, unzipped there from its wheel (``pip download --no-deps typer==0.29.2``
+then ``unzip`` the wheel into DIR), timed against the one installed.
 """
 
 from __future__ import annotations
@@ -113,8 +117,16 @@ def main() -> None:
     ap.add_argument("--match", default="", help="only the operating points whose label contains this")
     ap.add_argument("--no-bytecode-cache", action="store_true", help="time the command under PYTHONDONTWRITEBYTECODE=1")
     ap.add_argument("--against", metavar="REV", help="also time REV's code, alternating with this checkout's")
+    ap.add_argument(
+        "--against-path", metavar="DIR", help="also time this checkout with DIR first on PYTHONPATH, alternating"
+    )
     args = ap.parse_args()
-    if args.against:
+    if args.against and args.against_path:
+        ap.error("--against and --against-path: one at a time")
+    if args.against_path:
+        args.against = Path(args.against_path).name
+        run(args, Path(args.against_path))
+    elif args.against:
         with _worktree(args.against) as tree:
             run(args, tree / "src")
     else:

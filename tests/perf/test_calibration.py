@@ -167,6 +167,33 @@ def test_gemm_constants_are_pulled_harder_towards_their_benchmark_values(monkeyp
     assert gemm(centred_low) < gemm(strong)
 
 
+def test_the_front_end_latency_is_pulled_towards_its_prior_like_the_gemm_constants(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``request_latency_s`` (HTTP, tokenizer, first detokenize) has the GEMM constants' weight
+    towards its 20 ms prior: the file cannot tell it from a first token's other fixed costs, and
+    without one model's rows a refit doubled it (docs/perf.md §3, "The front end's prior")."""
+    assert calibrate.PRIOR_WEIGHTS["request_latency_s"] == calibrate.PRIOR_WEIGHTS["matmul_efficiency"]
+    assert calibrate._log_prior("request_latency_s") == pytest.approx(np.log(20e-3))
+    # first tokens far slower than the model at one request: a fixed cost the fit can put anywhere
+    rows = [
+        row(id="a", silicon_data_source="s; silicon_concurrency=1", isl="256", osl="64", silicon_ttft_ms="400"),
+        row(id="b", silicon_data_source="s; silicon_concurrency=1", isl="512", osl="64", silicon_ttft_ms="420"),
+    ]
+    data = collect(predict_rows(rows, MODELS, ParamTable(), record=True))
+    strong, _ = fit_constants(data, ParamTable(), sweeps=2)
+    weak_weights = {k: v for k, v in calibrate.PRIOR_WEIGHTS.items() if k != "request_latency_s"}
+    monkeypatch.setattr(calibrate, "PRIOR_WEIGHTS", weak_weights)
+    weak, _ = fit_constants(data, ParamTable(), sweeps=2)
+
+    def front_end(table: ParamTable) -> float:
+        return table.backends["vllm"]["request_latency_s"]
+
+    # both fits raise it from 20 ms; the ordinary pull lets it take most of the gap
+    assert 20e-3 < front_end(strong) < front_end(weak)
+    assert front_end(weak) / front_end(strong) > 1.5
+
+
 def test_recorded_steps_reweighted_equal_a_replay_with_other_constants() -> None:
     """What the fit and benchmarks/calibrate_screen.py rely on: record a closed loop's steps under
     one set of constants, re-weight them under another, and get the replay under the other."""
