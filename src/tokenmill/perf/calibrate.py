@@ -563,7 +563,9 @@ PRIOR_WEIGHT = 0.02
 #: held-out TTFT error went from 23 % to 41 %; with the front end pinned at its in-sample value the
 #: same refit gave 31 % (docs/perf.md §3, "The front end's prior").
 BENCHMARK_PRIORS: dict[str, float] = {"matmul_efficiency": 0.75, "fp8_matmul_ratio": 0.9}
-PRIOR_WEIGHTS: dict[str, float] = {"matmul_efficiency": 0.2, "fp8_matmul_ratio": 0.2, "request_latency_s": 0.2}
+PRIOR_WEIGHTS: dict[str, float] = dict.fromkeys(
+    ("matmul_efficiency", "fp8_matmul_ratio", "request_latency_s"), 10 * PRIOR_WEIGHT
+)
 
 
 def _log_prior(key: str) -> float:

@@ -143,10 +143,10 @@ WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
 #: Lanes per worker from which one measured wave after the first is enough. Below it a replay
 #: measures two: in a prefill-bound mixed engine the first wave's staggered answers send the lanes
 #: back while its prompts are still queued, and one wave would sit in that backlog's transient
-#: (Qwen3-32B, 2 × H100, vLLM, 4,096/16 at 32 lanes: 3.45 requests/s with one wave, 4.01 with two;
-#: docs/perf.md §2 "Waves and regimes"). From 512 lanes one wave is kept for time, not accuracy:
-#: it halves the replay, and ``predict`` at thousands of lanes stays under a second; the
-#: transient stays in those points.
+#: (Qwen3-32B, 2 × H100, vLLM, 4,096/16 at 32 lanes: 3.43 requests/s with one wave, 3.80 with two,
+#: against 3.88 at 16 lanes; docs/perf.md §2 "Waves and regimes"). From 512 lanes one wave is
+#: kept for time, not accuracy: it halves the replay, and ``predict`` at thousands of lanes stays
+#: under a second; the transient stays in those points.
 LARGE_WORKER = 512
 #: Lanes a replay runs at most: 4 × the largest concurrency of the calibration file. A replay's
 #: time and memory grow with the lanes (16,384 lanes on one GPU: 10.5 s, 1.1 GB), so a row or a
