@@ -118,6 +118,23 @@ def test_attention_dp_costs_the_busiest_rank() -> None:
     assert three.dec_attn_mem_s == pytest.approx(2 * one.dec_attn_mem_s)
 
 
+def test_attention_dp_ranks_sample_side_by_side() -> None:
+    # each rank samples its own requests: 3,844 decodes over 32 ranks wait for the busiest rank's
+    # 121 (⌈3,844 / 32⌉), not the worker's 3,844 (a 32-wide decode worker of the calibration file)
+    ds = load_model("deepseek-v3")
+    gb200 = load_gpu("gb200")
+    wide = CostModel(ds, gb200, Layout(tp=32, dp_attention=32))
+    decode = BatchShape(decode=(DecodeWork(1536),) * 3844)
+    assert wide.features(decode).sampled == 121
+    narrow = CostModel(ds, gb200, Layout(tp=32))
+    assert narrow.features(decode).sampled == 3844
+    # a prompt's last chunk samples its first token on its own rank: 5 over 2 ranks, 3 at most
+    two = CostModel(ds, gb200, Layout(tp=2, dp_attention=2))
+    prompts = BatchShape(prefill=tuple(PrefillWork(100, 100, last_chunk=True) for _ in range(5)))
+    assert two.features(prompts).sampled == 3
+    assert two.features(prompts).sampled < CostModel(ds, gb200, Layout(tp=2)).features(prompts).sampled
+
+
 def test_linear_attention_state_io_per_request() -> None:
     cm = CostModel(K3, B300, Layout(tp=8))
     a = cm.features(BatchShape(decode=(DecodeWork(10),)))

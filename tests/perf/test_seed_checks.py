@@ -5,7 +5,9 @@ None of the thirteen absolute figures is within it on the shipped constants (doc
 why, figure by figure), so each of those is a strict expected failure: a refit or a change to the
 model that brings one inside the tolerance makes its test fail as an unexpected pass, and the
 docs' table, the README's row and this list must then be updated together. The ratios between
-recipes that the seed publishes, which the model does reproduce, are plain tests.
+recipes that the seed publishes are plain tests where the model reproduces them and strict
+expected failures where it does not (the drafter's cut, and since the thirty-first session's refit
+the stripe's cost per token).
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ def _tpot(report: SeedReport, recipe: str) -> float:
     return report.check(f"1 request, {recipe}: time per output token").predicted
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="8.6 % a token against the seed's 10.4 % since the refit with the attention-DP ranks' sampling "
+    "(9.5 % before it): docs/perf.md §6",
+)
 def test_the_dcp8_stripe_costs_a_single_request_what_the_seed_measured_7_7_to_8_5ms_within_15pct(
     report: SeedReport,
 ) -> None:

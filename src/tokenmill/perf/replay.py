@@ -143,8 +143,8 @@ WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
 #: Lanes per worker from which one measured wave after the first is enough. Below it a replay
 #: measures two: in a prefill-bound mixed engine the first wave's staggered answers send the lanes
 #: back while its prompts are still queued, and one wave would sit in that backlog's transient
-#: (Qwen3-32B, 2 × H100, vLLM, 4,096/16 at 32 lanes: 3.43 requests/s with one wave, 3.80 with two,
-#: against 3.88 at 16 lanes; docs/perf.md §2 "Waves and regimes"). From 512 lanes one wave is
+#: (Qwen3-32B, 2 × H100, vLLM, 4,096/16 at 32 lanes: 3.44 requests/s with one wave, 3.81 with two,
+#: against 3.89 at 16 lanes; docs/perf.md §2 "Waves and regimes"). From 512 lanes one wave is
 #: kept for time, not accuracy: it halves the replay, and ``predict`` at thousands of lanes stays
 #: under a second; the transient stays in those points.
 LARGE_WORKER = 512

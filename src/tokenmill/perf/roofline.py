@@ -137,7 +137,7 @@ class Features(NamedTuple):
     steps: Any  # 1 for an engine step (its CPU overhead)
     prefill_layers: Any  # layers of a step that runs prefill
     decode_layers: Any  # layers of a pure decode step
-    sampled: Any  # tokens sampled
+    sampled: Any  # tokens sampled, on the busiest attention-DP rank (each samples its own)
     draft_steps: Any  # drafter launches
     xfer_count: Any  # disaggregated KV hand-overs (per-request latency, not a step)
     xfer_bw_s: Any  # their bytes over the link, ideal seconds
@@ -487,7 +487,11 @@ class CostModel:
         else:
             dec_share = pre_share = 1.0
         rank_tokens = dec_tokens * dec_share + pre_tokens * pre_share
-        logit_tokens = dec_tokens + sum(1 for w in pre if w.last_chunk)
+        last_chunks = sum(1 for w in pre if w.last_chunk)
+        logit_tokens = dec_tokens + last_chunks
+        # each attention-DP rank samples its own requests, side by side: the step waits for the
+        # busiest rank's sampling, not for all of the worker's
+        sampled = float(dec_tokens * dec_share + (-(-last_chunks // dp) if dp > 1 else last_chunks))
 
         dense, experts, head = self._dense, self._experts, self._head
         moe_tokens = rank_tokens if self._a2a else tokens
@@ -601,7 +605,7 @@ class CostModel:
             1.0,  # steps
             float(self._n_layers if is_prefill else 0),
             float(0 if is_prefill else self._n_layers),
-            float(logit_tokens),
+            sampled,
             float(draft_steps),
             0.0,
             0.0,
