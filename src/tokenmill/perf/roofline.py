@@ -491,7 +491,7 @@ class CostModel:
         logit_tokens = dec_tokens + last_chunks
         # each attention-DP rank samples its own requests, side by side: the step waits for the
         # busiest rank's sampling, not for all of the worker's
-        sampled = float(dec_tokens * dec_share + (-(-last_chunks // dp) if dp > 1 else last_chunks))
+        sampled = float(dec_tokens * dec_share - (-last_chunks // dp))
 
         dense, experts, head = self._dense, self._experts, self._head
         moe_tokens = rank_tokens if self._a2a else tokens
