@@ -679,6 +679,7 @@ class _Point:
         )
 
 
+@cyclic_gc_paused()  # until the loop's objects are freed (``_regime_gc``)
 def _run_regime(point: _Point, sync: int, record: bool) -> _RegimeRun:
     """Replay one regime (``sync``: lanes in lock step, else drifted apart) and reduce it to means."""
     loop = point.loop(sync, record=record)
@@ -731,6 +732,7 @@ def _wave_means(reqs: list[_Req], first_wave: int, staggered: bool = False) -> l
     return out
 
 
+@cyclic_gc_paused()  # until the loops' objects are freed (``_regime_gc``)
 def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     """One regime of ``lanes`` lanes from two shorter replays where its server is saturated
     (``perf.saturated``): a probe of ``PROBE_LANES`` lanes says how many requests the server runs
