@@ -679,7 +679,7 @@ class _Point:
         )
 
 
-@cyclic_gc_paused()  # until the loop's objects are freed (``_regime_gc``)
+@cyclic_gc_paused()  # until the loop's objects are freed, so no collection scans them
 def _run_regime(point: _Point, sync: int, record: bool) -> _RegimeRun:
     """Replay one regime (``sync``: lanes in lock step, else drifted apart) and reduce it to means."""
     loop = point.loop(sync, record=record)
@@ -732,7 +732,7 @@ def _wave_means(reqs: list[_Req], first_wave: int, staggered: bool = False) -> l
     return out
 
 
-@cyclic_gc_paused()  # until the loops' objects are freed (``_regime_gc``)
+@cyclic_gc_paused()  # until the loops' objects are freed, so no collection scans them
 def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     """One regime of ``lanes`` lanes from two shorter replays where its server is saturated
     (``perf.saturated``): a probe of ``PROBE_LANES`` lanes says how many requests the server runs
@@ -746,10 +746,15 @@ def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     c1 = shorter_lanes(short.peak_running, lanes)
     if c1 is None:
         return None
+    def deep(x: _Loop) -> bool:  # a queue at every step, and C₁ at least DEPTH × what the server ran
+        return x.saturated and DEPTH * x.peak_running <= c1
+
     if c1 != PROBE_LANES:
         short = point.loop(sync, c1)
+    if not deep(short):
+        return None  # the longer replay could not make up for it: spare it
     long = point.loop(sync, 2 * c1)
-    if not all(x.saturated and DEPTH * x.peak_running <= c1 for x in (short, long)):
+    if not deep(long):
         return None
     a = _wave_means(short.reqs, short.first_wave, not sync)
     b = _wave_means(long.reqs, long.first_wave, not sync)
