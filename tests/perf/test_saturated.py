@@ -179,6 +179,26 @@ def test_points_that_do_not_qualify_are_replayed_lane_by_lane(isl: int, osl: int
     assert short.notes == exact.notes, why
 
 
+def test_a_first_shorter_replay_that_fails_the_depth_check_spares_the_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,024/64 on one H100 at 4,096 lanes: the pool holds hundreds of requests, so the probe of 32
+    lanes runs them all (C₁ = 256) and the replay of 256 runs them all too. That already fails the
+    depth check, so the replay of 2 C₁ = 512 lanes is not run, and every lane is replayed."""
+    from tokenmill.perf import replay
+
+    ran: list[tuple[int, bool]] = []
+    loop = replay._closed_loop
+
+    def counted(*args: object, **kwargs: object) -> object:
+        ran.append((int(args[6]), bool(kwargs.get("stagger"))))  # type: ignore[call-overload]
+        return loop(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replay, "_closed_loop", counted)
+    short = replay_aggregated(LLAMA_8B, "sglang", 1024, 64, 4096, PARAMS, saturated=True)
+    lock_step = [lanes for lanes, stagger in ran if not stagger]
+    assert lock_step == [32, 256, 4096]
+    assert not [n for n in short.notes if SHORT_NOTE in n]
+
+
 def test_predict_shortens_by_default_and_exact_replays_every_lane() -> None:
     args = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1"]
     args += ["--isl", "131072", "--osl", "96", "--concurrency", "256", "--json"]
