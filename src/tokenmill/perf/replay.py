@@ -746,6 +746,7 @@ def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     c1 = shorter_lanes(short.peak_running, lanes)
     if c1 is None:
         return None
+
     def deep(x: _Loop) -> bool:  # a queue at every step, and C₁ at least DEPTH × what the server ran
         return x.saturated and DEPTH * x.peak_running <= c1
 
