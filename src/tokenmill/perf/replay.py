@@ -604,6 +604,7 @@ def _regimes(share: float, record: bool) -> list[int]:
     return [sync for sync in (1, 0) if record or _regime_weight(share, sync) > 0]
 
 
+@cyclic_gc_paused()  # until every regime's loop objects are freed, so no collection scans them
 def _replay_regimes(
     run: Callable[[int], _Run],
     syncs: list[int],
@@ -679,7 +680,6 @@ class _Point:
         )
 
 
-@cyclic_gc_paused()  # until the loop's objects are freed, so no collection scans them
 def _run_regime(point: _Point, sync: int, record: bool) -> _RegimeRun:
     """Replay one regime (``sync``: lanes in lock step, else drifted apart) and reduce it to means."""
     loop = point.loop(sync, record=record)
@@ -732,7 +732,6 @@ def _wave_means(reqs: list[_Req], first_wave: int, staggered: bool = False) -> l
     return out
 
 
-@cyclic_gc_paused()  # until the loops' objects are freed, so no collection scans them
 def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     """One regime of ``lanes`` lanes from two shorter replays where its server is saturated
     (``perf.saturated``): a probe of ``PROBE_LANES`` lanes says how many requests the server runs
