@@ -8,6 +8,7 @@ import pytest
 
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import BatchShape, CostModel, DecodeWork, PerfParams, PrefillWork
+from tokenmill.perf.replay import PipelinedCost
 from tokenmill.perf.roofline import STEP_KEYS, Features, _peak, combine
 from tokenmill.plan import KVDtype, Layout, Speculation
 from tokenmill.plan.cache_sizes import cache_sizes
@@ -199,3 +200,26 @@ def test_gemm_flops_are_split_by_compute_width() -> None:
     p = PerfParams()
     slow4 = combine(f._replace(moe_flop4_s=f.moe_flop8_s, moe_flop8_s=0.0), p)
     assert slow4["routed_experts"] >= combine(f, p)["routed_experts"]  # fp4 ratio 0.7 < fp8 ratio 0.85
+
+
+def test_every_moe_layer_of_a_step_pays_its_routing_kernels() -> None:
+    """An MoE layer launches its router, top-k, permutation and combine kernels whatever the
+    batch: ``moe_layers`` counts them (DeepSeek-V3: 61 layers, the first 3 dense; Kimi-K3: 93, the
+    first dense; Llama: none), a pipelined worker's busiest stage its share like the other
+    per-layer demands, and ``combine`` charges each ``moe_layer_overhead_s`` times the engine's
+    ``overhead_scale``."""
+    dsv3 = load_model("deepseek-v3")
+    h200 = load_gpu("h200")
+    decode = BatchShape(decode=(DecodeWork(1000),) * 4)
+    prefill = BatchShape(prefill=(PrefillWork(2048, 0, True),))
+    for shape in (decode, prefill):
+        assert CostModel(dsv3, h200, Layout(tp=8)).features(shape).moe_layers == 58
+        assert CostModel(K3, B300, Layout(tp=8)).features(shape).moe_layers == 92
+        assert CostModel(LLAMA8, H100, Layout(tp=1)).features(shape).moe_layers == 0
+    staged = PipelinedCost(dsv3, h200, Layout(tp=8, pp=2)).features(decode)
+    assert staged.moe_layers == pytest.approx(58 * 31 / 61)  # the busiest stage: 31 of 61 layers
+    p = PerfParams(moe_layer_overhead_s=7e-6, overhead_scale=3.0, step_overhead_s=0.0)
+    zero = dict.fromkeys(Features._fields, 0.0)
+    f = Features(**{**zero, "moe_layers": 58.0, "steps": 1.0})
+    assert combine(f, p)["overhead"] == pytest.approx(58 * 7e-6 * 3.0)
+    assert combine(f, p.updated(moe_layer_overhead_s=0.0))["overhead"] == 0.0

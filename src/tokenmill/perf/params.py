@@ -61,6 +61,7 @@ class PerfParams:
     step_overhead_s: float = 1.5e-3  # CPU scheduling + launch per engine step (overlaps the GPU)
     prefill_layer_overhead_s: float = 30e-6  # per layer of a step that runs prefill (no CUDA graph)
     decode_layer_overhead_s: float = 8e-6  # per layer of a pure decode step (CUDA graph gaps)
+    moe_layer_overhead_s: float = 5e-6  # per MoE layer of a step: router, top-k, permute, combine kernels
     sampling_per_token_s: float = 2e-6  # logits processing and sampling per produced token
     draft_step_overhead_s: float = 0.6e-3  # drafter launch per speculative step
     request_latency_s: float = 20e-3  # per request, outside the GPU: HTTP, tokenizer, first detokenize (per engine)
@@ -153,6 +154,7 @@ GLOBAL_FIELDS: tuple[str, ...] = (
     "kv_transfer_latency_s",
     "step_overhead_s",
     "prefill_layer_overhead_s",
+    "moe_layer_overhead_s",
 )
 
 #: Physical bounds each fitted field stays inside.
@@ -172,6 +174,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (1e-4, 20e-3),
     "prefill_layer_overhead_s": (1e-6, 500e-6),
     "decode_layer_overhead_s": (1e-6, 200e-6),
+    "moe_layer_overhead_s": (1e-7, 100e-6),
     "request_latency_s": (1e-4, 0.2),
     "overhead_scale": (0.2, 5.0),
     "compute_scale": (0.3, 3.0),

@@ -147,6 +147,7 @@ class Features(NamedTuple):
     pre_attn_flop_pad_s: Any  # prefill attention if every chunk were padded to the step's longest
     pre_attn_mem_pad_s: Any
     linear_chunk_steps: Any  # linear-attention layers × chunks of the step's longest prefill chunk
+    moe_layers: Any  # MoE layers of the step (each launches its router, top-k, permute and combine)
 
 
 FEATURE_NAMES: tuple[str, ...] = Features._fields
@@ -214,6 +215,7 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
         + f.sampled * p.sampling_per_token_s
         + f.prefill_seqs * p.prefill_seq_overhead_s
         + f.linear_chunk_steps * p.linear_chunk_step_s
+        + f.moe_layers * p.moe_layer_overhead_s
     )
     work = launch
     for key in STEP_KEYS[:-1]:
@@ -615,6 +617,7 @@ class CostModel:
             pad_f * pre_share / bf16,
             pad_b * pre_share / hbm,
             float(self._linear_layers * -(-max(pre_lengths) // _KDA_CHUNK)) if pre else 0.0,
+            float(self._moe_layers),
         )
 
     # --- the step ----------------------------------------------------------------------------
