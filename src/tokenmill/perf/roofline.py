@@ -53,8 +53,9 @@ What the demands count (per step, busiest GPU):
 - **drafter**: the DSPARK drafter (one pass proposing the block) or MTP layers (one pass per
   draft token), one pass over a step's prompt tokens (the drafter's own cache of the prompt),
   plus a launch overhead per speculative step.
-- **overhead**: per-layer launch gaps (eager prefill vs CUDA-graph decode), sampling per produced
-  token, and the part of the CPU step overhead the GPU does not hide.
+- **overhead**: per-layer launch gaps (eager prefill vs CUDA-graph decode), each MoE layer's
+  routing kernels (router, top-k, permutation, combine: a fixed time whatever the batch),
+  sampling per produced token, and the part of the CPU step overhead the GPU does not hide.
 """
 
 from __future__ import annotations
