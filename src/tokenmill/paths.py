@@ -19,3 +19,26 @@ def cache_root() -> Path:
 def user_hardware_dir() -> Path:
     """Hardware entries measured on this machine; ``load_gpu`` looks here after the bundled catalog."""
     return cache_root() / "hardware"
+
+
+def _looks(path: Path, test: str) -> bool:
+    try:
+        return bool(getattr(path, test)())
+    except (OSError, ValueError):  # a name too long, a NUL byte: the OS cannot look, so it is not there
+        return False
+
+
+def path_exists(path: Path) -> bool:
+    """``path.exists()``, False where the OS refuses to look (a 300-character name, a NUL byte):
+    names come from flags and CSV cells, and asking about one must answer, not raise."""
+    return _looks(path, "exists")
+
+
+def path_is_file(path: Path) -> bool:
+    """``path.is_file()``, False where the OS refuses to look (``path_exists``)."""
+    return _looks(path, "is_file")
+
+
+def path_is_dir(path: Path) -> bool:
+    """``path.is_dir()``, False where the OS refuses to look (``path_exists``)."""
+    return _looks(path, "is_dir")

@@ -83,13 +83,16 @@ def test_pages_for_is_ceil() -> None:
 
 
 class PageAllocatorMachine(RuleBasedStateMachine):
-    """Owned ids are never handed out again; free + used == capacity; bad frees raise."""
+    """Owned ids are never handed out again; free + used == capacity; bad frees raise; ids come
+    out in the order of a plain stack holding every id (the allocator keeps the never-used ones
+    as a counter, so a pool of 10⁹ pages costs nothing to create: this pins that it is the same)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.capacity = 12
         self.alloc = KVPageAllocator(self.capacity, 4)
         self.owned: set[int] = set()
+        self.stack = list(range(self.capacity - 1, -1, -1))  # the reference: its end handed out first
 
     @rule(n=st.integers(0, 14))
     def allocate(self, n: int) -> None:
@@ -97,6 +100,8 @@ class PageAllocatorMachine(RuleBasedStateMachine):
         if n > self.capacity - len(self.owned):
             assert got is None
             return
+        expected = [self.stack.pop() for _ in range(n)]
+        assert got == expected
         assert got is not None and len(got) == n and len(set(got)) == n
         assert not set(got) & self.owned
         assert all(0 <= p < self.capacity for p in got)
@@ -108,6 +113,7 @@ class PageAllocatorMachine(RuleBasedStateMachine):
         pick = data.draw(st.lists(st.sampled_from(sorted(self.owned)), unique=True, min_size=1))
         self.alloc.free(pick)
         self.owned.difference_update(pick)
+        self.stack.extend(pick)
 
     @rule(p=st.integers(-2, 14))
     def bad_free(self, p: int) -> None:
@@ -132,3 +138,13 @@ class PageAllocatorMachine(RuleBasedStateMachine):
 
 PageAllocatorMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 TestPageAllocator = PageAllocatorMachine.TestCase
+
+
+def test_a_pool_of_a_billion_pages_is_a_counter_not_a_list() -> None:
+    import sys
+
+    pool = KVPageAllocator(10**9, 1)
+    assert pool.num_free == 10**9 and sys.getsizeof(pool._free) < 1_000
+    assert pool.alloc(3) == [0, 1, 2]
+    pool.free([1])
+    assert pool.alloc(2) == [1, 3] and pool.num_used == 4 and pool.num_free == 10**9 - 4

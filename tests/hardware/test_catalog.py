@@ -213,6 +213,9 @@ def test_valid_user_toml_parses() -> None:
         ('name = "testgpu"', 'name = "TestGPU"', ("key 'name'", "lower-case")),
         # a table where a number is expected
         ("tdp_w = 700", "tdp_w = { max = 700 }", ("power.tdp_w", "a table")),
+        # a typo of a few zeros: found by fuzzing, 1e300 GB overflowed the byte count to a traceback
+        ("memory_sold_gb = 96", "memory_sold_gb = 1e300", ("memory_sold_gb", "up to 100,000", "1e+300")),
+        ("memory_visible_mib = 97871", "memory_visible_mib = 1000000000000", ("memory_visible_mib", "up to")),
     ],
 )
 def test_bad_user_toml_is_one_line_error_naming_dotted_key(old: str, new: str, needles: tuple[str, ...]) -> None:

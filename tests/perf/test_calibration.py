@@ -9,6 +9,7 @@ import pytest
 
 import tokenmill.perf.calibrate as calibrate
 from tests.perf.rows import MODELS, row
+from tokenmill.errors import TokenmillError
 from tokenmill.perf.calibrate import _tie_groups, collect, fit, fit_constants, predict_recorded, predict_rows, score
 from tokenmill.perf.calibrated import ParamTable, load_table, params_for
 from tokenmill.perf.params import ENGINE_FIELDS, GPU_FIELDS, PER_GPU_FIELDS, PerfParams
@@ -266,3 +267,24 @@ def test_a_refit_that_leaves_a_gpu_out_does_not_write_constants_for_it() -> None
     # and a refit without the SGLang row names no SGLang constants
     table, _ = fit_constants(data.without(np.array([i != "b200" for i in data.ids])), ParamTable(), sweeps=1)
     assert sorted(table.backends) == ["vllm"] and "b200" not in table.gpus
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[]", "expected a JSON object, got list"),
+        (b'{"meta": 5}', "'meta' must be an object (got int)"),
+        (b'{"gpus": 1}', "'gpus' must be an object (got int)"),
+        (b'{"backends": [1]}', "'backends' must be an object (got list)"),
+        (b"\xff\xfe", "not a UTF-8 JSON file"),
+        (b"{", "not valid JSON"),
+    ],
+)
+def test_a_params_file_of_the_wrong_shape_is_one_error(tmp_path: Path, content: bytes, message: str) -> None:
+    """Found by fuzzing `predict --params`: each of these was an AttributeError, TypeError or
+    UnicodeDecodeError traceback."""
+    path = tmp_path / "params.json"
+    path.write_bytes(content)
+    with pytest.raises(TokenmillError) as exc:
+        load_table(path)
+    assert message in str(exc.value) and str(path) in str(exc.value) and "\n" not in str(exc.value)

@@ -665,6 +665,67 @@ def test_evaluate_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert not (tmp_path / "p2.csv").exists()
 
 
+def test_evaluate_refuses_before_it_writes_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by fuzzing: each of these used to exit non-zero with the predictions written, or to
+    overwrite the input."""
+    meas = write(tmp_path / "m.csv", ROWS[:1], COLUMNS)
+    original = meas.read_text()
+    args = ["calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS]
+    out = tmp_path / "p.csv"
+    code, _, err = cli(capsys, *args, "--out", str(meas))
+    assert code == 2 and "--out" in err and "is also --measurements" in err and meas.read_text() == original
+    code, _, err = cli(
+        capsys,
+        *args,
+        "--out",
+        str(out),
+        "--figure",
+        str(out.with_suffix(".svg")),
+        "--figure",
+        str(out.with_suffix(".svg")),
+    )
+    assert code == 2 and "--figure" in err and not out.exists()
+    bad = tmp_path / "acc.json"
+    for text in ("{not json", "[1, 2]"):
+        bad.write_text(text)
+        code, _, err = cli(capsys, *args, "--out", str(out), "--accuracy-out", str(bad))
+        assert code == 2 and str(bad) in err and not out.exists(), err
+    skipped = write(tmp_path / "s.csv", [{**ROWS[0], "system": "nowhere"}], COLUMNS)
+    for flag in ("--accuracy-out", "--figure"):
+        target = tmp_path / ("a.json" if flag == "--accuracy-out" else "f.svg")
+        code, _, err = cli(capsys, *args[:3], str(skipped), *args[4:], "--out", str(out), flag, str(target))
+        assert code == 2 and flag in err and "no fully specified row" in err and not out.exists(), err
+        assert not target.exists()
+    header = tmp_path / "h.csv"
+    header.write_text(",".join(COLUMNS) + "\n")
+    code, _, err = cli(capsys, *args[:3], str(header), *args[4:], "--out", str(out))
+    assert code == 2 and "no rows" in err and not out.exists()
+
+
+def test_evaluate_skips_a_row_whose_names_the_os_cannot_look_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 300-character model or system name, or a NUL byte in one, used to stop the whole run
+    with a traceback from the file system; each is now that row's skip reason."""
+    rows = [
+        {**ROWS[0], "id": "long-model", "model_path": "a" * 300},
+        {**ROWS[0], "id": "long-system", "system": "b" * 300},
+        {**ROWS[0], "id": "nul-system", "system": "x/\x00y"},
+        ROWS[0],
+    ]
+    meas = write(tmp_path / "m.csv", rows, COLUMNS)
+    out = tmp_path / "p.csv"
+    code, _, err = cli(
+        capsys, "calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS, "--out", str(out)
+    )
+    assert code == 0, err
+    preds = {r["id"]: r for r in csv.DictReader(out.open())}
+    assert "no config for model_path" in preds["long-model"]["skipped_reason"]
+    assert "unknown system" in preds["long-system"]["skipped_reason"]
+    assert "unknown system" in preds["nul-system"]["skipped_reason"]
+    assert preds["llama8"]["predicted_tpot_ms"] != ""
+
+
 def test_fit_writes_constants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     meas = write(tmp_path / "m.csv", ROWS[:1], COLUMNS)
     out = tmp_path / "params.json"

@@ -119,3 +119,18 @@ def test_full_decode_workers_make_requests_wait_for_a_slot() -> None:
     roomy = predict_disaggregated(R1_TP8, R1_TP8, 4, 1, "sglang", 1000, 500, 16, PARAMS)
     assert "decode_slot" not in roomy.ttft_split_ms
     assert roomy.decode_step["batch"] <= 16
+
+
+def test_a_request_longer_than_the_kv_pool_is_refused_naming_the_flags() -> None:
+    """Found by fuzzing: the error came from deep in the replay and named neither flag."""
+    tokens = PLAN.pools.max_total_tokens
+    with pytest.raises(
+        TokenmillError, match=r"^--isl 8,192 \+ --osl [\d,]+ = [\d,]+ tokens a request exceed the KV pool"
+    ):
+        predict(PLAN, "sglang", 8192, tokens, 1, PARAMS)
+
+
+def test_a_request_longer_than_the_context_is_predicted_with_a_note() -> None:
+    p = predict(PLAN, "sglang", 131_072, 1024, 1, PARAMS)
+    assert any("132,096 tokens a request exceed llama-3.1-8b's context of 131,072" in n for n in p.notes)
+    assert not any("context" in n for n in predict(PLAN, "sglang", 1024, 128, 1, PARAMS).notes)

@@ -96,3 +96,24 @@ def test_fresh_request_224_mib_and_long_session_3_3_gib_of_cache() -> None:
     per_token = cache_sizes(K3, Layout(tp=8)).kv_bytes_per_token
     assert abs(8_500 * per_token / MiB - 224) <= 1
     assert abs(128_000 * per_token / 1024**3 - 3.3) <= 0.05
+
+
+def test_a_model_without_kv_layers_has_no_crossing_point_and_says_why_it_is_not_planned() -> None:
+    """Found by fuzzing: every layer linear gave ``"crossing_point_tokens": Infinity`` (not JSON)
+    and "the KV pool holds no page" (no page was ever needed)."""
+    import json
+    from importlib import resources
+
+    from tokenmill.hardware import load_gpu
+    from tokenmill.plan import Layout, plan_memory
+    from tokenmill.spec import PRESETS, model_from_config
+
+    config = json.loads(
+        (resources.files("tokenmill.spec") / "presets" / PRESETS["kimi-linear-48b-a3b"].file).read_text()
+    )
+    config["layer_types"] = ["linear_attention"] * len(config["layer_types"])
+    model = model_from_config(config, "all-linear", "all-linear.json")
+    plan = plan_memory(model, load_gpu("h200"), 1, Layout(tp=1))
+    assert crossing_point_tokens(cache_sizes(model, Layout(tp=1))) is None
+    assert not plan.fits and "has no layer with a KV cache" in str(plan.reason)
+    assert json.loads(json.dumps(plan.to_dict(), allow_nan=False))["crossing_point_tokens"] is None

@@ -159,3 +159,13 @@ def test_h200_32_best_fit_is_sorted(h200_32: list[Candidate]) -> None:
     assert fitting
     running = [c.total_running for c in fitting]
     assert running == sorted(running, reverse=True)
+
+
+@pytest.mark.parametrize("gpus", [0, -8, 65_537, 10**12])
+def test_search_refuses_a_gpu_count_it_could_not_enumerate(gpus: int) -> None:
+    """Found by fuzzing: --gpus 10¹² looped over every divisor candidate and never ended; 0 and
+    negative counts answered "0 layouts fit"."""
+    from tokenmill.errors import TokenmillError
+
+    with pytest.raises(TokenmillError, match=r"^--gpus must be a positive integer up to 65,536"):
+        search_layouts(load_model("kimi-k3"), load_gpu("b300"), gpus, Layout())

@@ -307,3 +307,28 @@ def test_quantization_config_inside_text_config_is_used() -> None:
     assert "quantization_config" in config["text_config"]
     m = model_from_config(config, "k3")
     assert {t.storage.fmt for t in m.tensors if t.kind is TensorKind.ROUTED_EXPERTS} == {WeightFormat.MXFP4}
+
+
+@pytest.mark.parametrize("value", [1, True, 1.5, "lm_head", {"a": 1}, ["lm_head", 3]])
+def test_a_module_list_that_is_not_a_list_of_names_is_one_error(value: object) -> None:
+    """Found by fuzzing: a number there was iterated and raised a TypeError traceback."""
+    config = _preset_config("qwen3-235b-a22b-fp8")
+    config["quantization_config"]["modules_to_not_convert"] = value
+    with pytest.raises(
+        TokenmillError, match=r"quantization_config\.modules_to_not_convert must be a list of module names"
+    ):
+        model_from_config(config, "q", "q.json")
+
+
+def test_a_model_type_that_is_not_a_string_is_one_error() -> None:
+    config = _preset_config("kimi-k3")
+    config["text_config"]["model_type"] = []
+    with pytest.raises(TokenmillError, match=r"unknown model_type \[\]"):
+        model_from_config(config, "k3", "k3.json")
+
+
+def test_a_vision_tower_of_a_trillion_layers_is_refused_not_built() -> None:
+    config = _preset_config("kimi-k3")
+    config["vision_config"]["vt_num_hidden_layers"] = 10**12
+    with pytest.raises(TokenmillError, match=r"'vt_num_hidden_layers' must be at most 10,000"):
+        model_from_config(config, "k3", "k3.json")

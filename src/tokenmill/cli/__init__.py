@@ -80,5 +80,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:  # a file the command could not read or write, after its own checks
+        where = f"{str(exc.filename)[:120]}: " if exc.filename else ""
+        print(f"error: {where}{_one_line(exc.strerror or str(exc))}", file=sys.stderr)
+        sys.exit(2)
     if isinstance(result, int) and result:
         sys.exit(result)

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from tokenmill.errors import TokenmillError
+from tokenmill.paths import path_exists, path_is_dir
 
 FIGURE_SUFFIXES = (".png", ".svg")
 
@@ -30,12 +31,20 @@ def check_output(flag: str, path: Path | None, suffixes: tuple[str, ...] = ()) -
         return
     if suffixes and path.suffix.lower() not in suffixes:
         raise TokenmillError(f"{flag} must end in {' or '.join(suffixes)} (got {path.name!r})")
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte: no file could be written there
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        shown = str(path) if len(str(path)) <= 80 else str(path)[:80] + "…"
+        raise TokenmillError(f"{flag}: cannot write {shown!r}: {reason}") from None
     folder = path.parent
-    if path.is_dir():
+    if path_is_dir(path):
         raise TokenmillError(f"{flag}: {path} is a directory, not a file")
-    if not folder.is_dir():
+    if not path_is_dir(folder):
         raise TokenmillError(f"{flag}: cannot write {path}: no such directory {folder}")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not os.access(folder, os.W_OK) or (path_exists(path) and not os.access(path, os.W_OK)):
         raise TokenmillError(f"{flag}: cannot write {path}: permission denied")
 
 
@@ -126,7 +135,7 @@ def apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
             try:
                 gpus = int(value)
             except ValueError:
-                raise TokenmillError(f"--compare gpus: bad value {value!r}") from None
+                raise TokenmillError(f"--compare gpus must be a positive integer (got {value.strip()!r})") from None
         else:
             items.append((key, value))
     return base.with_(**layout_changes(items, "--compare")), gpus

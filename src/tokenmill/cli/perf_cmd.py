@@ -24,6 +24,7 @@ from tokenmill.cli.options import (
     with_layout_options,
 )
 from tokenmill.errors import TokenmillError
+from tokenmill.paths import path_exists
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Engine whose constants to use: sglang|vllm|trtllm.")]
 ParamsOpt = Annotated[
@@ -604,9 +605,31 @@ def evaluate(
     check_output("--accuracy-out", accuracy_out)
     for path in figures:
         check_output("--figure", path, FIGURE_SUFFIXES)
+    _refuse_overwriting(
+        measurements, [("--out", out), ("--accuracy-out", accuracy_out), *(("--figure", f) for f in figures)]
+    )
+    if accuracy_out is not None and path_exists(accuracy_out):
+        from tokenmill.perf.accuracy import load_accuracy
+
+        load_accuracy(accuracy_out)  # its held-out bands are kept: a file it cannot read fails now, not after
     table = load_table(params_file)
     with _progress(len(rows), json_out, "predicting") as bar:
         preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar)
+    # what could still refuse (no row to score for the bands or the figures) before anything is written
+    acc = None
+    if accuracy_out is not None:
+        acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file, models_dir, accuracy_out)
+    points: list[Any] = []
+    if figures:
+        from tokenmill.perf.accuracy import scored_rows
+        from tokenmill.report.calibration_figures import ScoredPoint
+
+        points = [
+            ScoredPoint(r.backend, r.pred_ttft_ms, r.meas_ttft_ms, r.pred_tpot_ms, r.meas_tpot_ms)
+            for r in scored_rows(preds)
+        ]
+        if not points:
+            raise TokenmillError("--figure: no fully specified row was predicted and measured (nothing to draw)")
     try:
         with out.open("w", newline="") as fh:
             w = csv.writer(fh)
@@ -628,18 +651,12 @@ def evaluate(
     result = score(preds)
     result["silicon_columns"] = silicon
     result["params"] = table.meta
-    if accuracy_out is not None:
-        acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file, models_dir, accuracy_out)
+    if acc is not None and accuracy_out is not None:
         acc.write(accuracy_out)
         result["accuracy_out"] = str(accuracy_out)
     if figures:
-        from tokenmill.perf.accuracy import scored_rows
-        from tokenmill.report.calibration_figures import ScoredPoint, calibration_figure
+        from tokenmill.report.calibration_figures import calibration_figure
 
-        points = [
-            ScoredPoint(r.backend, r.pred_ttft_ms, r.meas_ttft_ms, r.pred_tpot_ms, r.meas_tpot_ms)
-            for r in scored_rows(preds)
-        ]
         title = f"tokenmill predictions against {measurements.name}: {len(points)} fully specified rows"
         result["figures"] = [str(calibration_figure(points, path, title)) for path in figures]
     if json_out:
@@ -647,6 +664,19 @@ def evaluate(
         return
     _print_score(result, silicon)
     print(f"wrote {out}")
+
+
+def _refuse_overwriting(source: Path, outputs: list[tuple[str, Path | None]]) -> None:
+    """Refuse an output that is the input file or another output: the run would destroy what it
+    reads, or write one file twice."""
+    seen: dict[Path, str] = {source.resolve(): "--measurements"}
+    for flag, path in outputs:
+        if path is None:
+            continue
+        key = path.resolve()
+        if key in seen:
+            raise TokenmillError(f"{flag}: {path} is also {seen[key]}: write it to another file")
+        seen[key] = flag
 
 
 def _accuracy_table(
@@ -683,7 +713,7 @@ def _accuracy_table(
     table = AccuracyTable(sha, measure(scored), meta, tuple(sorted(models)))
     # held-out bands (benchmarks/calibrate_lomo.py --accuracy) of the same constants stay valid:
     # keep them rather than drop what took twenty minutes to measure
-    previous = load_accuracy(accuracy_out) if accuracy_out.exists() else None
+    previous = load_accuracy(accuracy_out) if path_exists(accuracy_out) else None
     if previous is not None and previous.params_sha256 == sha:
         table.held_out = previous.held_out
         table.held_out_gpu = previous.held_out_gpu
@@ -728,6 +758,7 @@ def fit(
     if max_rows is not None and max_rows <= 0:
         raise TokenmillError(f"--max-rows must be positive (got {max_rows})")
     check_output("--out", out)  # before a fit of many minutes, not after it
+    _refuse_overwriting(measurements, [("--out", out)])
     table = load_table(start) if start is not None else ParamTable()
     msgs: list[str] = []
     log = msgs.append if json_out else (lambda m: print(m, file=sys.stderr))

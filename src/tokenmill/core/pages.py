@@ -38,13 +38,16 @@ def _positive_int(name: str, value: object) -> int:
 class _IdPool:
     """Stack-based pool of integer ids ``0 .. capacity - 1`` with O(1) ownership checks."""
 
-    __slots__ = ("_capacity", "_free", "_noun", "_used")
+    __slots__ = ("_capacity", "_free", "_fresh", "_noun", "_used")
 
     def __init__(self, capacity: int, noun: str) -> None:
         self._capacity = capacity
         self._noun = noun
-        # Stack: the end of the list is handed out first, so a fresh pool yields 0, 1, 2, ...
-        self._free: list[int] = list(range(capacity - 1, -1, -1))
+        # The free list is a stack of the freed ids (its end handed out first) above the ids never
+        # handed out, ``_fresh .. capacity - 1``, handed out ascending. Those are a counter, not a
+        # list: a tiny model on a big GPU with one-token pages has ~10⁹ of them.
+        self._free: list[int] = []
+        self._fresh = 0
         self._used: set[int] = set()
 
     @property
@@ -55,12 +58,12 @@ class _IdPool:
     @property
     def num_free(self) -> int:
         """Ids currently on the free list."""
-        return len(self._free)
+        return len(self._free) + self._capacity - self._fresh
 
     @property
     def num_used(self) -> int:
         """Ids currently handed out (owned by a request or a cache)."""
-        return self._capacity - len(self._free)
+        return self._fresh - len(self._free)
 
     def is_allocated(self, ident: int) -> bool:
         """True if ``ident`` is a valid id that is currently handed out."""
@@ -71,13 +74,20 @@ class _IdPool:
         if n < 0:
             raise ValueError(f"cannot allocate a negative number of {self._noun}s (got {n})")
         free = self._free
-        if n > len(free):
-            return None
-        if n == 0:
-            return []
-        out = free[-n:]
-        del free[-n:]
-        out.reverse()
+        if n <= len(free):
+            if n == 0:
+                return []
+            out = free[-n:]
+            del free[-n:]
+            out.reverse()
+        else:  # every freed id, then ids never handed out, ascending
+            fresh = n - len(free)
+            if fresh > self._capacity - self._fresh:
+                return None
+            out = free[::-1]
+            free.clear()
+            out.extend(range(self._fresh, self._fresh + fresh))
+            self._fresh += fresh
         self._used.update(out)
         return out
 

@@ -30,7 +30,7 @@ from typing import Any, Final, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tokenmill.errors import TokenmillError
-from tokenmill.paths import user_hardware_dir
+from tokenmill.paths import path_is_file, user_hardware_dir
 from tokenmill.units import GB, TB, GiB, MiB
 
 __all__ = [
@@ -156,6 +156,9 @@ class _Field:
     kind: Literal["str", "name", "int", "number"]
     unit: str = ""
     required: bool = True
+    #: a bound ~1,000 × any GPU made: a typo of a few zeros is an error, not a GPU whose pools
+    #: overflow the arithmetic (memory_sold_gb = 1e300 did)
+    maximum: float | None = None
 
     def expected(self) -> str:
         base = {
@@ -164,6 +167,8 @@ class _Field:
             "int": "a positive integer",
             "number": "a positive number",
         }[self.kind]
+        if self.maximum is not None:
+            base += f" up to {self.maximum:,.0f}"
         return f"{base} ({self.unit})" if self.unit else base
 
 
@@ -174,23 +179,25 @@ _SCHEMA: Final[_Schema] = {
     "display_name": _Field("str"),
     "vendor": _Field("str"),
     "architecture": _Field("str"),
-    "memory_sold_gb": _Field("number", "decimal GB, as marketed"),
-    "memory_visible_mib": _Field("int", "MiB, as nvidia-smi reports"),
-    "hbm_bandwidth_tb_s": _Field("number", "decimal TB/s"),
+    "memory_sold_gb": _Field("number", "decimal GB, as marketed", maximum=1e5),
+    "memory_visible_mib": _Field("int", "MiB, as nvidia-smi reports", maximum=1e8),
+    "hbm_bandwidth_tb_s": _Field("number", "decimal TB/s", maximum=1e4),
     # bf16 is required: it is the default compute dtype every planner path needs, and every GPU
     # worth planning for (A100 onwards, MI200 onwards) has it. The rest may be omitted when the
     # GPU has no tensor-core path for them.
-    "dense_tflops": {dtype: _Field("number", "dense TFLOP/s", required=dtype == "bf16") for dtype in DTYPES},
+    "dense_tflops": {
+        dtype: _Field("number", "dense TFLOP/s", required=dtype == "bf16", maximum=1e7) for dtype in DTYPES
+    },
     "scale_up": {
-        "domain_gpus": _Field("int", "GPUs in one NVLink / Infinity Fabric domain"),
-        "bandwidth_gb_s": _Field("number", "decimal GB/s per GPU per direction"),
+        "domain_gpus": _Field("int", "GPUs in one NVLink / Infinity Fabric domain", maximum=1e5),
+        "bandwidth_gb_s": _Field("number", "decimal GB/s per GPU per direction", maximum=1e6),
     },
     "node": {
-        "gpus_per_node": _Field("int", "GPUs per node"),
-        "nic_gb_s": _Field("number", "decimal GB/s per GPU per direction"),
+        "gpus_per_node": _Field("int", "GPUs per node", maximum=1e4),
+        "nic_gb_s": _Field("number", "decimal GB/s per GPU per direction", maximum=1e6),
     },
     "power": {
-        "tdp_w": _Field("number", "watts"),
+        "tdp_w": _Field("number", "watts", maximum=1e6),
     },
 }
 
@@ -231,6 +238,8 @@ def _check_leaf(field: _Field, value: object, key: str, source: str) -> None:
             raise bad()
         if not (math.isfinite(value) and value > 0):
             raise bad()
+    if field.maximum is not None and isinstance(value, int | float) and value > field.maximum:
+        raise bad()
 
 
 def _validate(table: Mapping[str, Any], schema: _Schema, prefix: str, source: str) -> None:
@@ -348,8 +357,8 @@ def load_gpu(name: str) -> GPU:
             text = path.read_text(encoding="utf-8-sig")  # TOML is UTF-8; an editor's BOM is not content
         except FileNotFoundError:
             raise TokenmillError(f"GPU file '{name}' not found") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TokenmillError(f"cannot read GPU file '{name}': {_one_line(str(exc))}") from None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL byte in the name
+            raise TokenmillError(f"cannot read GPU file {name!r}: {_one_line(str(exc))}") from None
         return parse_gpu_toml(text, str(path))
 
     known = known_gpu_names()
@@ -359,7 +368,7 @@ def load_gpu(name: str) -> GPU:
         return _load_bundled(key)
     for stem in dict.fromkeys((name.strip().lower(), key)):  # as written (my-box), then normalised
         local = user_hardware_dir() / f"{stem}.toml"
-        if _NAME_RE.fullmatch(stem) and local.is_file():
+        if _NAME_RE.fullmatch(stem) and path_is_file(local):
             return parse_gpu_toml(local.read_text(encoding="utf-8-sig"), str(local))
     measured = local_hardware_names()
     hint = f"; measured here: {', '.join(measured)}" if measured else ""

@@ -60,6 +60,7 @@ from typing import Any
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU, load_gpu
 from tokenmill.jsonfile import read_json_object
+from tokenmill.paths import path_exists
 from tokenmill.plan.layout import KVDtype, Layout, PrefixCache
 from tokenmill.spec.formats import WeightFormat
 from tokenmill.spec.loader import model_from_config
@@ -165,6 +166,8 @@ def read_measurements(path: Path | str) -> tuple[list[dict[str, str]], bool]:
             )
         first_line[rid] = line
         rows.append(row)
+    if not rows:
+        raise TokenmillError(f"--measurements {p}: a header and no rows (nothing to predict)")
     return rows, all(c in cols for c in SILICON_COLUMNS)
 
 
@@ -252,7 +255,7 @@ def find_config(model_path: str, models_dir: Path | str) -> tuple[Path | None, s
     """The config file for a Hugging Face id, and a note when found by the relaxed name rule."""
     d = Path(models_dir)
     exact = d / (model_path.replace("/", "--") + "_config.json")
-    if exact.exists():
+    if path_exists(exact):
         return exact, None
     name = model_path.split("/", 1)[-1]
     hits = _dir_index(str(d)).get(_norm_name(name), ())

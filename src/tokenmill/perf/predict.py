@@ -126,6 +126,27 @@ def _require_positive(*named: tuple[str, int]) -> None:
             raise TokenmillError(f"{name} must be a positive integer (got {value})")
 
 
+def _request_fits(plan: MemoryPlan, isl: int, osl: int, worker: str = "") -> list[str]:
+    """Refuse a request longer than one KV pool holds (the engine could never run it), naming the
+    flags; a note where it is longer than the model's context (an engine refuses it at the door,
+    but a replay of it still says what such lengths cost, as the benchmarks' long prompts ask)."""
+    tokens = isl + osl
+    pool = plan.pools.max_total_tokens
+    if tokens > pool:
+        where = " of one attention-DP rank" if plan.layout.dp_attention > 1 else ""
+        raise TokenmillError(
+            f"--isl {isl:,} + --osl {osl:,} = {tokens:,} tokens a request exceed the KV pool{where}"
+            f"{f' of the {worker}' if worker else ''} ({pool:,} tokens): no engine could run it"
+        )
+    limit = plan.model.max_context
+    if tokens > limit:
+        return [
+            f"{tokens:,} tokens a request exceed {plan.model.name}'s context of {limit:,} "
+            "(max_position_embeddings): an engine refuses such requests; predicted as if it did not"
+        ]
+    return []
+
+
 def predict(
     plan: MemoryPlan,
     backend: str,
@@ -146,6 +167,7 @@ def predict(
     check_concurrency(concurrency, "--concurrency")
     if not plan.fits:
         raise TokenmillError(str(plan.reason))
+    notes = [*(notes or []), *_request_fits(plan, isl, osl)]
     accept = _accept_length(plan, accept_length)
     res = replay_aggregated(
         plan,
@@ -257,6 +279,8 @@ def predict_disaggregated(
     )
     check_concurrency(concurrency, "--concurrency")
     check_disaggregated(prefill_plan, decode_plan)
+    _request_fits(prefill_plan, isl, 1, "prefill worker")
+    notes = [*(notes or []), *_request_fits(decode_plan, isl, osl, "decode worker")]
     accept = _accept_length(decode_plan, accept_length)
     res = replay_disaggregated(
         prefill_plan,

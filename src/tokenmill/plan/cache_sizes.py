@@ -154,8 +154,9 @@ def length_for_pool_ratio(sizes: CacheSizes, ratio: float) -> float:
     return s_plus_d * sizes.state_slot_bytes / (ratio * sizes.kv_bytes_per_token)
 
 
-def crossing_point_tokens(sizes: CacheSizes) -> float:
-    """Request length at which a request's KV equals its state cost (S slots + D)."""
+def crossing_point_tokens(sizes: CacheSizes) -> float | None:
+    """Request length at which a request's KV equals its state cost (S slots + D); None for a
+    model with no KV cache, whose requests never cross (not ``inf``: JSON has no infinity)."""
     if sizes.kv_bytes_per_token == 0:
-        return float("inf")
+        return None
     return length_for_pool_ratio(sizes, 1.0)

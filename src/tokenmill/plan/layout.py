@@ -86,7 +86,7 @@ class Speculation:
         if text in ("", "none", "off"):
             return cls()
         algo, _, n = text.partition(":")
-        if algo not in ("dspark", "mtp") or not n.isdigit() or int(n) <= 0:
+        if algo not in ("dspark", "mtp") or not (n.isascii() and n.isdigit()) or int(n) <= 0:
             raise TokenmillError(f"--speculative must be none, dspark:B or mtp:N with B, N ≥ 1 (got {value!r})")
         return cls(algo, int(n))
 
@@ -142,14 +142,25 @@ class Layout:
         return " ".join(parts)
 
 
+#: The most GPUs one deployment is planned on: far past any rack or cluster serving one model
+#: today, and a bound on what a search enumerates (its layouts divide the count).
+MAX_GPUS = 65_536
+
+
 def _check_positive(name: str, value: int) -> None:
     if value <= 0:
         raise TokenmillError(f"{name} must be a positive integer (got {value})")
 
 
+def check_gpus(gpus: int) -> None:
+    """``--gpus`` is 1 to ``MAX_GPUS``."""
+    if not 0 < gpus <= MAX_GPUS:
+        raise TokenmillError(f"--gpus must be a positive integer up to {MAX_GPUS:,} (got {gpus})")
+
+
 def validate_layout(layout: Layout, model: ModelSpec, gpus: int) -> None:
     """Raise a one-line ``TokenmillError`` naming the flag when the layout cannot run the model."""
-    _check_positive("--gpus", gpus)
+    check_gpus(gpus)
     for name, value in (
         ("--tp", layout.tp),
         ("--ep", layout.ep),

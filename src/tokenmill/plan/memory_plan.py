@@ -282,6 +282,12 @@ def plan_memory(model: ModelSpec, gpu: GPU, gpus: int, layout: Layout) -> Memory
             False,
             f"does not fit: the state budget {_g(pools.state_budget_bytes)} holds no state slot",
         )
+    elif sizes.kv_bytes_per_token == 0:
+        fits, reason = (
+            False,
+            f"not supported: {model.name} has no layer with a KV cache (every layer keeps a fixed state);"
+            " tokenmill plans models with at least one attention layer",
+        )
     elif pools.max_total_tokens <= 0:
         fits, reason = False, f"does not fit: the KV pool {_g(pools.kv_pool_bytes)} holds no page"
     elif pools.max_running_requests <= 0:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
-from tokenmill.plan.layout import KVDtype, Layout, validate_layout
+from tokenmill.plan.layout import KVDtype, Layout, check_gpus, validate_layout
 from tokenmill.plan.memory_plan import MemoryPlan, plan_memory
 from tokenmill.spec.model import ModelSpec
 
@@ -67,6 +67,7 @@ def search_layouts(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Candidate]:
     """Plan every candidate; fitting ones first (best first), then the rejected ones."""
+    check_gpus(gpus)  # the candidates divide the count: a count of 10¹² would never finish
     if base.pool_ratio is None and base.avg_request_tokens is None:
         base = base.with_(avg_request_tokens=DEFAULT_SEARCH_REQUEST_TOKENS)
     layouts = list(candidate_layouts(model, gpus, base))

@@ -26,6 +26,11 @@ class QueueFull(Exception):
     """The bounded queue is full: the server answers 503 with Retry-After."""
 
 
+class EngineFailed(Exception):
+    """The engine thread has stopped on an error: the server answers 503 at once (a request
+    queued for a dead thread would wait forever)."""
+
+
 @dataclass
 class TokenEvent:
     token_ids: list[int]
@@ -75,7 +80,9 @@ class AsyncEngine:
 
     # --- called from the event loop -----------------------------------------------------------
     def submit(self, prompt_ids: list[int], params: SamplingParams) -> Stream:
-        with self._lock:
+        with self._lock:  # the thread sets ``error`` under this lock and then answers what is queued
+            if self.error is not None or not self._thread.is_alive():
+                raise EngineFailed(f"the engine stopped: {self.error}")
             pending = len(self._new) + len(self._live)
             if pending >= self.max_queue:
                 raise QueueFull(f"{pending} requests queued or running (limit {self.max_queue})")
@@ -146,6 +153,9 @@ class AsyncEngine:
                 except TokenmillError as exc:
                     self._push(stream, TokenEvent([], f"error: {exc}"))
                     continue
+                except Exception as exc:
+                    self._push(stream, TokenEvent([], f"error: request refused: {type(exc).__name__}: {exc}"))
+                    continue
                 self._live[stream.rid] = (req, stream, 0)
         while self._aborts:
             rid = self._aborts.popleft()
@@ -187,9 +197,10 @@ class AsyncEngine:
                     self._wake.wait(0.05)
                     self._wake.clear()
         except BaseException as exc:  # surface engine crashes as errors on every stream
-            self.error = exc
             with self._lock:
-                live = list(self._live.values())
+                self.error = exc
+                streams = [stream for _, stream, _ in self._live.values()] + [stream for stream, _, _ in self._new]
                 self._live.clear()
-            for _, stream, _ in live:
+                self._new.clear()
+            for stream in streams:
                 self._push(stream, TokenEvent([], f"error: engine failed: {exc}"))

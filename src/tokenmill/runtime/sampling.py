@@ -13,6 +13,13 @@ import torch
 
 from tokenmill.errors import TokenmillError
 
+#: the seeds a ``torch.Generator`` takes: 64 bits, signed or not
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+
+#: temperatures below this sample greedily, as vLLM's ``_SAMPLING_EPS``: the limit of a temperature
+#: going to 0, and what fp32 logits can be divided by (5e-324 is 0.0 in fp32)
+GREEDY_BELOW = 1e-5
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -33,10 +40,12 @@ class SamplingParams:
             raise TokenmillError(f"top_p must be in (0, 1] (got {self.top_p})")
         if self.top_k < 0:
             raise TokenmillError(f"top_k must be >= 0 (got {self.top_k})")
+        if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
+            raise TokenmillError(f"seed must be a 64-bit integer, {SEED_MIN} to {SEED_MAX} (got {self.seed})")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        return self.temperature < GREEDY_BELOW or self.top_k == 1
 
 
 def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -62,7 +71,9 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
         if p.greedy:
             out.append(int(torch.argmax(row)))
             continue
-        filtered = _filter(row / p.temperature, p.top_k, p.top_p)
+        # shifted so the largest logit is 0 before the division: a tiny temperature then sends the
+        # others to -inf (the greedy token, as the limit is) instead of every logit to +-inf and NaN
+        filtered = _filter((row - row.max()) / p.temperature, p.top_k, p.top_p)
         probs = torch.softmax(filtered, dim=-1)
         out.append(int(torch.multinomial(probs, 1, generator=gen)))
     return out

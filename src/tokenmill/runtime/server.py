@@ -1,9 +1,12 @@
 """The OpenAI-compatible HTTP server: ``/v1/chat/completions``, ``/v1/completions`` (streaming
 SSE and not), ``/v1/models``, ``/health`` and Prometheus ``/metrics``.
 
-Robustness: a bad body is a 400 naming the field; a prompt plus ``max_tokens`` over the context is
-a 400 with the numbers; a full queue is a 503 with ``Retry-After``; a client that disconnects
-mid-stream is aborted at once (its slots and pages freed); shutdown drains in-flight requests.
+Robustness: a bad body is a 400 naming the field (every error in the OpenAI shape, FastAPI's own
+included); a prompt plus ``max_tokens`` over the context is a 400 with the numbers; a full queue is
+a 503 with ``Retry-After``; a request the engine cannot add fails alone, and once the engine thread
+has stopped on an error every request is a 503 at once (and ``/health`` says so); a client that
+disconnects mid-stream is aborted at once (its slots and pages freed); shutdown drains in-flight
+requests. ``echo`` puts the prompt before a completion; ``logprobs`` is refused (not computed).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tokenmill.runtime.async_engine import AsyncEngine, QueueFull, Stream, TokenEvent
+from tokenmill.runtime.async_engine import AsyncEngine, EngineFailed, QueueFull, Stream, TokenEvent
 from tokenmill.runtime.llm import LLM
 from tokenmill.runtime.openai_api import ChatCompletionRequest, CompletionRequest, error_body
 from tokenmill.runtime.parsers import PARSERS, KimiParser, ParsedDelta
@@ -87,6 +91,45 @@ def _field_of(error: dict[str, Any]) -> str:
     return ".".join(loc) or "body"
 
 
+def _json_type(value: Any) -> str:
+    """A JSON value's kind, as a client wrote it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list holding a value of another type" if value else "an empty list"
+    return "an object"
+
+
+def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, str]:
+    """The one-line message and the field of a body pydantic refused. A field of several allowed
+    types (``prompt``: a string, token ids or strings) fails once per type, each error's location
+    ending in the type's name; those become one message naming the field and every allowed type,
+    not the first type's complaint under ``prompt.str``."""
+    if not errors:
+        return "invalid body", "body"
+    locs = [[p for p in e.get("loc", ()) if p != "body"] for e in errors]
+    first = locs[0]
+    common = 0
+    while common < len(first) and all(len(x) > common and x[common] == first[common] for x in locs):
+        common += 1
+    if len(errors) > 1 and common and all(len(x) > common and isinstance(x[common], str) for x in locs):
+        where = ".".join(str(p) for p in first[:common])
+        kinds = list(dict.fromkeys(str(x[common]) for x in locs))
+        allowed = ", ".join(kinds[:-1]) + " or " + kinds[-1]
+        whole = [e.get("input") for e, x in zip(errors, locs, strict=True) if len(x) == common + 1]
+        got = f" (got {_json_type(whole[0])})" if whole else ""
+        return f"{where}: must be {allowed}{got}", where
+    err = errors[0]
+    where = _field_of(err)
+    return f"{where}: {err.get('msg', 'invalid')}", where
+
+
 def create_app(
     llm: LLM,
     served_name: str = "tokenmill",
@@ -116,26 +159,45 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
-        err = exc.errors()[0] if exc.errors() else {}
-        where = _field_of(err)
-        if err.get("type") == "json_invalid":
-            return JSONResponse(error_body(f"malformed JSON: {err.get('msg', '')}", "body"), status_code=400)
-        return JSONResponse(error_body(f"{where}: {err.get('msg', 'invalid')}", where), status_code=400)
+        errors = list(exc.errors())
+        if errors and errors[0].get("type") == "json_invalid":
+            return JSONResponse(error_body(f"malformed JSON: {errors[0].get('msg', '')}", "body"), status_code=400)
+        message, where = _validation_message(errors)
+        return JSONResponse(error_body(message, where), status_code=400)
 
-    def _params(body: Any, prompt_len: int, default_max: int) -> SamplingParams | JSONResponse:
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Errors FastAPI raises itself (a body it cannot parse, an unknown route, a wrong method)
+        in the OpenAI error shape the rest of the API answers in."""
+        param = "body" if exc.status_code == 400 else None
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return JSONResponse(
+            error_body(str(exc.detail), param, kind=kind, code=exc.status_code),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    def _params(body: Any, prompt_len: int, default_max: int, prompt_field: str) -> SamplingParams | JSONResponse:
+        if body.logprobs:
+            return JSONResponse(error_body("logprobs: not supported by this server", "logprobs"), status_code=400)
+        if prompt_len == 0:
+            return JSONResponse(
+                error_body(f"{prompt_field}: must contain at least one token", prompt_field), status_code=400
+            )
+        limit = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
         max_tokens = body.max_completion_tokens or body.max_tokens or min(default_max, context_len - prompt_len)
         if prompt_len + max_tokens > context_len:
             return JSONResponse(
                 error_body(
-                    f"prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) exceeds the context of "
+                    f"prompt ({prompt_len} tokens) plus {limit} ({max_tokens}) exceeds the context of "
                     f"{context_len} tokens",
-                    "max_tokens",
+                    limit,
                 ),
                 status_code=400,
             )
         if max_tokens <= 0:
             return JSONResponse(
-                error_body(f"the prompt ({prompt_len} tokens) fills the context of {context_len}", "messages"),
+                error_body(f"the prompt ({prompt_len} tokens) fills the context of {context_len}", prompt_field),
                 status_code=400,
             )
         return SamplingParams(
@@ -147,9 +209,9 @@ def create_app(
             ignore_eos=body.ignore_eos or body.min_tokens >= max_tokens,
         )
 
-    def _start(body: Any, ids: list[int], default_max: int) -> Stream | JSONResponse:
+    def _start(body: Any, ids: list[int], default_max: int, prompt_field: str) -> Stream | JSONResponse:
         """Sampling parameters from the body, then the request into the engine (or the 4xx/5xx)."""
-        params = _params(body, len(ids), default_max)
+        params = _params(body, len(ids), default_max, prompt_field)
         if isinstance(params, JSONResponse):
             return params
         return _submit(ids, params)
@@ -169,6 +231,8 @@ def create_app(
                 status_code=503,
                 headers={"Retry-After": "1"},
             )
+        except EngineFailed as exc:
+            return JSONResponse(error_body(str(exc), kind="server_error", code=503), status_code=503)
 
     async def _events(stream: Stream, request: Request) -> AsyncIterator[TokenEvent]:
         """The stream's events until it finishes. A watcher polls for a client that went away
@@ -273,11 +337,12 @@ def create_app(
             return JSONResponse(
                 error_body(f"prompt: token ids must be in [0, {llm.model.vocab_size})", "prompt"), status_code=400
             )
-        stream = _start(body, ids, 16)
+        stream = _start(body, ids, 16, "prompt")
         if isinstance(stream, JSONResponse):
             return stream
         rid, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         include_usage = bool(body.stream_options and body.stream_options.get("include_usage"))
+        echoed = (prompt if isinstance(prompt, str) else tok.decode(ids)) if body.echo else ""
 
         if body.stream:
 
@@ -285,6 +350,9 @@ def create_app(
                 out: list[int] = []
                 text = ""
                 cached = 0
+                if echoed:  # the prompt first, as its own chunk (OpenAI's echo)
+                    choice = {"index": 0, "text": echoed, "logprobs": None, "finish_reason": None}
+                    yield f"data: {json.dumps({'id': rid, 'object': 'text_completion', 'created': created, 'model': served_name, 'choices': [choice]})}\n\n"  # noqa: E501
                 async for event in _events(stream, request):
                     new, reason, cached = event.token_ids, event.finish_reason, event.cached_tokens
                     if reason is not None and reason.startswith("error"):
@@ -322,6 +390,7 @@ def create_app(
         cut = _stop_hit(text, body.stop)
         if cut is not None:
             text, reason = text[:cut], "stop"
+        text = echoed + text
         return {
             "id": rid,
             "object": "text_completion",
@@ -348,7 +417,7 @@ def create_app(
                 ),
                 status_code=500,
             )
-        stream = _start(body, ids, 1024)
+        stream = _start(body, ids, 1024, "messages")
         if isinstance(stream, JSONResponse):
             return stream
         rid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())

@@ -300,7 +300,7 @@ def _vision_tensors(b: bld.InventoryBuilder, vc: ConfigReader, text_hidden: int)
     width = vc.pos_int("vt_hidden_size")
     qkv = vc.get_int("qkv_hidden_size", width)
     inter = vc.pos_int("vt_intermediate_size")
-    n = vc.pos_int("vt_num_hidden_layers")
+    n = vc.pos_int("vt_num_hidden_layers", maximum=MAX_LAYERS)
     patch = vc.pos_int("patch_size", 14)
     merge = vc.raw("merge_kernel_size", [2, 2])
     merge_n = int(merge[0]) * int(merge[1]) if isinstance(merge, list) and len(merge) == 2 else 4

@@ -9,6 +9,7 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.jsonfile import read_json_object
+from tokenmill.paths import path_exists, path_is_dir
 from tokenmill.spec.builders import InventoryBuilder
 from tokenmill.spec.config_reader import ConfigReader
 from tokenmill.spec.families import PARSERS
@@ -42,7 +43,8 @@ def model_from_config(
     ):
         text = nested
     model_type = text.get("model_type", top_type)
-    model_type = _TEXT_MODEL_TYPES.get(model_type, model_type)
+    if isinstance(model_type, str):
+        model_type = _TEXT_MODEL_TYPES.get(model_type, model_type)
     if not isinstance(model_type, str) or model_type not in PARSERS:
         known = ", ".join(sorted(PARSERS))
         raise TokenmillError(f"{source}: unknown model_type {model_type!r} (supported: {known})")
@@ -95,9 +97,9 @@ def load_model(ref: str, expert_format: WeightFormat | str | None = None) -> Mod
         text = (resources.files("tokenmill.spec") / "presets" / preset.file).read_text()
         return model_from_config(json.loads(text), preset.name, f"preset {preset.name}", fmt, preset)
     path = Path(ref)
-    if path.is_dir():
+    if path_is_dir(path):
         path = path / "config.json"
-    if not path.exists():
+    if not path_exists(path):
         known = ", ".join(sorted(PRESETS))
         raise TokenmillError(f"--model {ref!r} is neither a preset ({known}) nor a config.json path or model directory")
     config = read_json_object(path)

@@ -64,6 +64,16 @@ def _block(value: Any, source: str) -> tuple[int, int] | None:
     )
 
 
+def _module_names(qc: dict[str, Any], key: str, source: str) -> tuple[str, ...]:
+    """A list of module names (or patterns) the quantization leaves alone; absent or null is none."""
+    value = qc.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise TokenmillError(f"{source}: quantization_config.{key} must be a list of module names (got {value!r:.60})")
+    return tuple(value)
+
+
 def quant_rules(config: dict[str, Any], source: str, base: WeightFormat = WeightFormat.BF16) -> QuantRules:
     """Read ``quantization_config`` (absent: everything is stored as ``base``)."""
     qc = config.get("quantization_config")
@@ -86,13 +96,13 @@ def quant_rules(config: dict[str, Any], source: str, base: WeightFormat = Weight
             raise TokenmillError(
                 f"{source}: quantization_config.format {fmt_name!r} is not supported (supported: {allowed})"
             )
-        ignore = tuple(str(p) for p in qc.get("ignore", []) or [])
+        ignore = _module_names(qc, "ignore", source)
         return QuantRules(_CT_FORMATS[fmt_name], fp8_block, ignore, "ct", base)
     if method == "fp8":
-        not_convert = tuple(str(p) for p in qc.get("modules_to_not_convert", []) or [])
+        not_convert = _module_names(qc, "modules_to_not_convert", source)
         return QuantRules(WeightFormat.FP8, _block(qc.get("weight_block_size"), source), not_convert, "substring", base)
     if method == "mxfp4":
-        not_convert = tuple(str(p) for p in qc.get("modules_to_not_convert", []) or [])
+        not_convert = _module_names(qc, "modules_to_not_convert", source)
         return QuantRules(WeightFormat.MXFP4, None, not_convert, "substring", base)
     if method == "modelopt":
         algo = str(qc.get("quant_algo", "")).upper()

@@ -27,6 +27,7 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import load_gpu
+from tokenmill.jsonfile import read_json_object
 from tokenmill.perf.params import ENGINE_FIELDS, GLOBAL_FIELDS, GPU_FIELDS, PER_GPU_FIELDS, PerfParams
 
 PARAMS_FILE = "params.json"
@@ -103,12 +104,20 @@ class ParamTable:
         def table(obj: Any, what: str) -> dict[str, float]:
             return _param_values(obj, what, source, allow_zero=False)
 
+        def section(key: str) -> dict[str, Any]:
+            value = data.get(key) or {}
+            if not isinstance(value, dict):
+                raise TokenmillError(f"{source}: '{key}' must be an object (got {type(value).__name__})")
+            return value
+
+        if not isinstance(data, dict):
+            raise TokenmillError(f"{source}: expected a JSON object, got {type(data).__name__}")
         return cls(
             global_=table(data.get("global", {}), "global"),
-            gpus={g: table(v, f"gpus.{g}") for g, v in (data.get("gpus") or {}).items()},
-            backends={b: table(v, f"backends.{b}") for b, v in (data.get("backends") or {}).items()},
-            meta=dict(data.get("meta") or {}),
-            versions={b: _version_values(b, v, source) for b, v in (data.get("versions") or {}).items()},
+            gpus={g: table(v, f"gpus.{g}") for g, v in section("gpus").items()},
+            backends={b: table(v, f"backends.{b}") for b, v in section("backends").items()},
+            meta=dict(section("meta")),
+            versions={b: _version_values(b, v, source) for b, v in section("versions").items()},
         )
 
     def write(self, path: Path | str) -> None:
@@ -241,11 +250,7 @@ def load_table(path: Path | str | None = None) -> ParamTable:
         if path is not None:
             raise TokenmillError(f"--params: no such file {p}")
         return ParamTable(meta={"note": "no fitted parameters shipped: priors everywhere"})
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise TokenmillError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return ParamTable.from_json(data, str(p))
+    return ParamTable.from_json(read_json_object(p), str(p))
 
 
 def params_for(gpu: str, backend: str | None = None, path: Path | str | None = None) -> tuple[PerfParams, list[str]]:
