@@ -108,6 +108,8 @@ def test_pools_never_exceed_the_budget(ratio: float) -> None:
 def test_a_pool_budget_beyond_the_gpus_memory_or_a_ratio_that_is_no_number_is_refused() -> None:
     with pytest.raises(TokenmillError, match=r"^--pool-budget-gib 300 is more than the 268\.6 GiB b300 has$"):
         plan_memory(K3, B300, 8, LOW_LATENCY.with_(pool_budget_bytes=gib_to_bytes(300)))
-    for ratio in (math.nan, math.inf, 0.0):
-        with pytest.raises(TokenmillError, match=r"^--pool-ratio must be a finite number > 0"):
+    # 1e300 overflowed the split's arithmetic (found by fuzzing `generate --pool-ratio`)
+    for ratio in (math.nan, math.inf, 0.0, 1e300, 1e6 * 1.01):
+        with pytest.raises(TokenmillError, match=r"^--pool-ratio must be a number > 0 and at most 1,000,000"):
             plan_memory(K3, B300, 8, LOW_LATENCY.with_(pool_ratio=ratio))
+    assert plan_memory(K3, B300, 8, LOW_LATENCY.with_(pool_ratio=1e6)).pools.state_slots > 0

@@ -37,3 +37,12 @@ def test_a_saturated_curve_draws(tmp_path: Path) -> None:
     curve = [point, {**point, "concurrency": 256, "ttft_ms": 19000.0}]
     out = curve_figure([("saturated", curve)], tmp_path / "c.svg")
     assert out.exists() and out.read_text().count("128, 256") == 1
+
+
+def test_a_dollar_in_a_label_is_text_and_an_svg_is_the_same_file_twice(tmp_path: Path) -> None:
+    """Found by fuzzing: a label with "$^^$" went to matplotlib's TeX parser and failed after the
+    run; and an SVG carried its date and random ids, so the same figure differed byte for byte."""
+    point = {"concurrency": 4, "tpot_ms": 10.0, "output_throughput_per_gpu": 100.0, "ttft_ms": 300.0}
+    for name in ("a.svg", "b.svg"):
+        curve_figure([("a$^^$ \\q $x$", [point])], tmp_path / name)
+    assert (tmp_path / "a.svg").read_bytes() == (tmp_path / "b.svg").read_bytes()

@@ -184,6 +184,10 @@ def test_agentx_malformed_fixture() -> None:
             "requests[0].hash_ids[1] must be a non-negative 63-bit integer (got 'a')",
         ),
         ({"id": "s", "hash_id_scope": "x", "requests": []}, "hash_id_scope must be 'local' or 'global'"),
+        # found by fuzzing: each passed the loader and failed later, or silently broke the results
+        ({"id": "s", "requests": [{"t": 0, "in": 100, "out": 0}]}, "requests[0].out must be a positive integer"),
+        ({"id": "s", "requests": [{"t": 1e15, "in": 10, "out": 1}]}, "requests[0].t must be at most 10,000,000 s"),
+        ({"id": "\ud800", "requests": []}, "id must be Unicode text"),
     ],
 )
 def test_agentx_error_messages(record: dict[str, Any], expected: str) -> None:
@@ -270,8 +274,8 @@ _request = st.fixed_dictionaries(
     {
         "t": st.floats(0, 1e4),
         "type": st.just("n"),
-        "in": st.integers(0, 4_000),
-        "out": st.integers(0, 2_000),
+        "in": st.integers(1, 4_000),
+        "out": st.integers(1, 2_000),
         "hash_ids": st.lists(st.integers(0, 50), max_size=80),
         "think_time": st.floats(0, 1_000),
     }
@@ -432,3 +436,14 @@ def test_mutated_fixture_records_fail_cleanly(data: st.DataObject) -> None:
         parse([json.dumps(mutated)])
     except TokenmillError as exc:
         assert "\n" not in str(exc)
+
+
+def test_the_seed_reaches_a_traces_session_starts() -> None:
+    """Found by fuzzing: ``--workload trace:F --rate R --seed S`` gave every seed seed 0's starts."""
+    from tokenmill.workload.catalog import WorkloadOptions, make_workload
+
+    def starts(seed: int) -> float:
+        w = make_workload(f"trace:{FIXTURES / 'agentx.jsonl'}", WorkloadOptions(rate=0.3, seed=seed))
+        return w.last_arrival_s
+
+    assert starts(4) == starts(4) and starts(4) != starts(14)

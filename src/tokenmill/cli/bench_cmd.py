@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tokenmill.cli.options import JsonOpt
+from tokenmill.cli.options import JsonOpt, check_output
 from tokenmill.cli.sim_cmd import ConcOpt, SeedOpt, TpotOpt, TtftOpt, WorkloadOpt, _print_summary, _slo
 from tokenmill.errors import TokenmillError
 
@@ -113,9 +113,11 @@ def bench(
     json_out: JsonOpt = False,
 ) -> None:
     """Benchmark an OpenAI-compatible server: bench_serving's summary, goodput and SLO attainment."""
+    from tokenmill.workload.arrivals import MAX_REQUESTS
     from tokenmill.workload.bench_client import BenchConfig, bench_summary, request_details, run
 
-    _check("--num-prompts", num_prompts >= 1, "a positive integer", num_prompts)
+    _check("--num-prompts", 1 <= num_prompts <= MAX_REQUESTS, f"an integer from 1 to {MAX_REQUESTS:,}", num_prompts)
+    check_output("--output-file", output_file)  # before the run, not found unwritable after it
     if concurrency is not None:
         _check("--concurrency", concurrency >= 1, "a positive integer", concurrency)
     if request_rate is not None:

@@ -72,8 +72,9 @@ def _engine_options(
         raise TokenmillError(
             f"--memory-gib must be > 0 and at most this machine's {ram_gib:.1f} GiB (got {memory_gib})"
         )
-    if pool_ratio is not None and not 0 < pool_ratio < float("inf"):
-        raise TokenmillError(f"--pool-ratio must be a finite number > 0 (got {pool_ratio})")
+    from tokenmill.plan.layout import check_pool_ratio
+
+    check_pool_ratio(pool_ratio)
     return EngineOptions(
         dtype=dtype,
         memory_gib=memory_gib,
@@ -122,6 +123,11 @@ def generate(
             ) from None
         if not ids:
             raise TokenmillError("--prompt-token-ids is empty")
+    if prompt is not None:
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:  # bytes the shell passed that are not UTF-8 (kept as surrogates)
+            raise TokenmillError(f"--prompt is not UTF-8 text (a byte at character {exc.start} is not)") from None
     from tokenmill.runtime.llm import LLM
     from tokenmill.runtime.sampling import SamplingParams
 
@@ -134,6 +140,10 @@ def generate(
         raise TokenmillError(f"--{field.replace('_', '-')} {rest}") from None
     opts = _engine_options_from(locals())
     llm = LLM(model, opts)
+    if ids is not None and not all(0 <= t < llm.model.vocab_size for t in ids):
+        raise TokenmillError(
+            f"--prompt-token-ids must be in [0, {llm.model.vocab_size}) (got {prompt_token_ids!r:.60})"
+        )
     prompts: list[list[int]] | list[str] = [ids] if ids is not None else [prompt or ""]
     out = llm.generate(prompts, params)[0]
     if json_out:

@@ -8,7 +8,6 @@ dividing the attention-TP group, pp (``--pp-size``). A worker uses tp × pp GPUs
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -152,6 +151,17 @@ def _check_positive(name: str, value: int) -> None:
         raise TokenmillError(f"{name} must be a positive integer (got {value})")
 
 
+#: The largest --pool-ratio (state pool ÷ KV pool): a million to one is already all state; past
+#: ~1e300 the split's arithmetic overflowed.
+MAX_POOL_RATIO = 1e6
+
+
+def check_pool_ratio(ratio: float | None) -> None:
+    """``--pool-ratio`` is a number > 0 and at most ``MAX_POOL_RATIO`` (or absent)."""
+    if ratio is not None and not 0 < ratio <= MAX_POOL_RATIO:  # also refuses nan and inf
+        raise TokenmillError(f"--pool-ratio must be a number > 0 and at most {MAX_POOL_RATIO:,.0f} (got {ratio})")
+
+
 def check_gpus(gpus: int) -> None:
     """``--gpus`` is 1 to ``MAX_GPUS``."""
     if not 0 < gpus <= MAX_GPUS:
@@ -172,8 +182,7 @@ def validate_layout(layout: Layout, model: ModelSpec, gpus: int) -> None:
         _check_positive(name, value)
     if not 0.0 < layout.mem_fraction_static < 1.0:
         raise TokenmillError(f"--mem-fraction-static must be between 0 and 1 (got {layout.mem_fraction_static})")
-    if layout.pool_ratio is not None and not 0 < layout.pool_ratio < math.inf:  # also refuses nan
-        raise TokenmillError(f"--pool-ratio must be a finite number > 0 (got {layout.pool_ratio})")
+    check_pool_ratio(layout.pool_ratio)
     if layout.avg_request_tokens is not None and layout.avg_request_tokens <= 0:
         raise TokenmillError(f"--avg-request-tokens must be a positive integer (got {layout.avg_request_tokens})")
     if layout.max_running_requests is not None and layout.max_running_requests <= 0:

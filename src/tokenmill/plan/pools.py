@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenmill.plan.cache_sizes import CacheSizes, pool_ratio_for_length
-from tokenmill.plan.layout import Layout, PrefixCache
+from tokenmill.plan.layout import Layout, PrefixCache, check_pool_ratio
 
 DEFAULT_POOL_RATIO = 0.9  # SGLang server_args default --mamba-full-memory-ratio
 SPEC_DEFAULT_MAX_RUNNING = 48  # SGLang resets max_running_requests to 48 under speculation
@@ -72,6 +72,7 @@ def running_cap_default(layout: Layout, tokens: int, context_len: int) -> tuple[
 
 def solve_pools(rest: int, sizes: CacheSizes, layout: Layout, hybrid: bool, context_len: int) -> PoolSolve:
     ratio, ratio_source = resolve_pool_ratio(layout, sizes, hybrid)
+    check_pool_ratio(ratio)  # the engine's own pools (``generate``, ``serve``) come here unvalidated
     budget = slots = state_pool = intermediate = 0
     if hybrid and ratio is not None:
         if layout.prefix_cache is PrefixCache.OFF and layout.max_running_requests is not None:

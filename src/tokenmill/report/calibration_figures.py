@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokenmill.report.memory_figures import _check_suffix, _pyplot
+from tokenmill.report.memory_figures import _check_suffix, _pyplot, save
 
 ENGINE_COLORS = {"sglang": "#e15759", "vllm": "#4e79a7", "trtllm": "#59a14f"}
 TARGETS = {"ttft": 0.20, "tpot": 0.12}
@@ -104,7 +104,7 @@ def calibration_figure(points: Sequence[ScoredPoint], path: Path, title: str = "
         _panel(ax, meas, pred, engines, ENGINE_COLORS, TARGETS[metric], f"{name} (ms)", 6)
     fig.suptitle(title or "predicted against measured")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save(fig, path)
     plt.close(fig)
     return path
 
@@ -137,6 +137,6 @@ def tpot_split_figure(points: Sequence[SplitPoint], path: Path, title: str = "")
         _panel(ax, meas, pred, releases, colors, None, unit, 14)
     fig.suptitle(title or "TPOT = d + H / (OSL − 1), from rows at 128 and 512 output tokens")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save(fig, path)
     plt.close(fig)
     return path

@@ -58,9 +58,20 @@ def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
+    # labels carry user text (a trace's path, --label): a "$" in it is a dollar sign, not TeX that
+    # fails to parse after the run; and SVG ids are hashed from a fixed salt, so the same figure
+    # is the same file (with ``save``'s undated metadata)
+    matplotlib.rcParams["text.parse_math"] = False
+    matplotlib.rcParams["svg.hashsalt"] = "tokenmill"
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save(fig: Any, path: Path) -> None:
+    """Write a figure; an SVG without the date matplotlib would stamp in it (same input, same bytes)."""
+    metadata = {"Date": None} if path.suffix.lower() == ".svg" else None
+    fig.savefig(path, dpi=130, metadata=metadata)
 
 
 def memory_bars(plans: Sequence[MemoryPlan], path: Path, title: str | None = None) -> Path:
@@ -123,7 +134,7 @@ def memory_bars(plans: Sequence[MemoryPlan], path: Path, title: str | None = Non
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_ylim(0, max(tops))
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save(fig, path)
     plt.close(fig)
     return path
 
@@ -180,6 +191,6 @@ def state_vs_cache(plan: MemoryPlan, path: Path, marks: Sequence[int] = (8500, 1
     ax.set_title(f"{plan.model.name}, {plan.layout.describe()}: state vs cache per request")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save(fig, path)
     plt.close(fig)
     return path

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenmill.report.memory_figures import _check_suffix, _pyplot
+from tokenmill.report.memory_figures import _check_suffix, _pyplot, save
 
 
 def curve_figure(
@@ -83,7 +83,7 @@ def curve_figure(
         right.legend(fontsize=8)
     fig.suptitle(title or "predicted closed-loop curve", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save(fig, path)
     plt.close(fig)
     return path
 

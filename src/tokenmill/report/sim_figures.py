@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenmill.report.memory_figures import _check_suffix, _pyplot
+from tokenmill.report.memory_figures import _check_suffix, _pyplot, save
 from tokenmill.sim.runner import SimulationResult
 
 
@@ -66,7 +66,7 @@ def timeline_figure(
     ax.legend(fontsize=8, loc="lower left")
     ax.set_ylim(bottom=0)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save(fig, path)
     plt.close(fig)
     return path
 
@@ -91,7 +91,7 @@ def attainment_figure(results: dict[str, Any], path: Path, target: float, title:
     ax.set_title(title or "SLO attainment against rate")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save(fig, path)
     plt.close(fig)
     return path
 
@@ -121,7 +121,7 @@ def latency_figure(results: dict[str, Any], path: Path, title: str = "") -> Path
     ax2.set_ylabel("mean time to first token (s)")
     fig.suptitle(title or "latency against concurrency")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save(fig, path)
     plt.close(fig)
     return path
 
@@ -148,6 +148,6 @@ def live_vs_simulated_figure(rows: Sequence[dict[str, Any]], path: Path, title: 
         ax.legend(fontsize=8)
     fig.suptitle(title or "live server against the simulator")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save(fig, path)
     plt.close(fig)
     return path

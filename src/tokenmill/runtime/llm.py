@@ -112,6 +112,13 @@ class LLM:
             prefix_cache=opts.prefix_cache,
             mixed_chunk=opts.mixed_chunk,
         )
+        need = 1 + self.config.track_slots_per_request
+        if hybrid and self.config.num_state_slots < need:  # the scheduler would wait forever to admit one
+            buffers = " (its live state and the prefix cache's 2 checkpoints)" if need > 1 else ""
+            raise TokenmillError(
+                f"{self.config.num_state_slots} state slots admit no request: one needs {need}{buffers}; "
+                f"give --num-state-slots {need} or more, more --memory-gib, or --no-prefix-cache"
+            )
         self.pools = allocate_pools(
             self.model, self.sizes.num_pages, opts.page_size, max(1, self.sizes.num_state_slots), dtype, opts.device
         )

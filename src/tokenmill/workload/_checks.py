@@ -35,10 +35,19 @@ def check_non_negative(name: str, value: float) -> float:
     return float(value)
 
 
-def check_int(name: str, value: int, minimum: int = 0) -> int:
-    """``value`` as an int ≥ ``minimum`` (bools are refused: ``True`` is not a token count)."""
+#: The most tokens one prompt or answer of a generated workload may have: 16 × the longest context
+#: a bundled model has (Kimi-K3's 1M). A request's content is built block by block before any pool
+#: is consulted, so 10¹¹ tokens used to fill the machine's memory instead of being refused.
+MAX_TOKENS = 1 << 24
+
+
+def check_int(name: str, value: int, minimum: int = 0, maximum: int | None = None) -> int:
+    """``value`` as an int ≥ ``minimum`` (and ≤ ``maximum``; bools are refused: ``True`` is not a
+    token count)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise TokenmillError(f"{name} must be an integer >= {minimum} (got {show(value)})")
+    if maximum is not None and value > maximum:
+        raise TokenmillError(f"{name} must be an integer from {minimum} to {maximum:,} (got {show(value)})")
     return value
 
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from tokenmill.errors import TokenmillError
-from tokenmill.workload._checks import check_fraction, check_int
+from tokenmill.workload._checks import MAX_TOKENS, check_fraction, check_int
 from tokenmill.workload.arrivals import MAX_REQUESTS
 from tokenmill.workload.request import Workload
 
@@ -46,10 +46,10 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
         raise TokenmillError(f"--num-requests must be between 1 and {MAX_REQUESTS:,} (got {opts.num_requests:,})")
     # the generators check their own arguments too, under their own names; here they are the flags
     check_int("--seed", opts.seed, 0)
-    for flag, value in (("--isl", opts.isl), ("--osl", opts.osl), ("--sessions", opts.sessions)):
-        check_int(flag, value, 1)
+    for flag, value in (("--isl", opts.isl), ("--osl", opts.osl), ("--probe-tokens", opts.probe_tokens)):
+        check_int(flag, value, 1, MAX_TOKENS)
+    check_int("--sessions", opts.sessions, 1)
     check_int("--turns", opts.turns, 1)
-    check_int("--probe-tokens", opts.probe_tokens, 1)
     check_fraction("--random-range-ratio", opts.range_ratio)
     n, dur = opts.num_requests, opts.duration_s
     if name == "fresh":
@@ -96,5 +96,7 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
         path = name.removeprefix("trace:")
         if not path:
             raise TokenmillError("--workload trace:PATH needs a path")
-        return load_trace(path, block_tokens=opts.block_tokens, rate=opts.rate, concurrency=opts.concurrency)
+        return load_trace(
+            path, block_tokens=opts.block_tokens, rate=opts.rate, concurrency=opts.concurrency, seed=opts.seed
+        )
     raise TokenmillError(f"--workload must be one of {'|'.join(WORKLOADS)} (got {name!r})")

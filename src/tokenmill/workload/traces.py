@@ -160,11 +160,29 @@ def _tokens(loc: str, field: str, value: object) -> int:
     return n
 
 
-def _seconds(loc: str, field: str, value: object, *, minimum: float | None = 0.0) -> float:
+#: The latest a request of a trace may be sent, in seconds from its session's start (115 days):
+#: past ~1e12 s a float no longer tells one millisecond from the next, and every time in the
+#: results came out 0 (found by fuzzing).
+MAX_TRACE_SECONDS = 1e7
+
+
+def _positive_tokens(loc: str, field: str, value: object) -> int:
+    """A request's prompt or answer length: at least one token (an engine refuses an empty one)."""
+    n = _tokens(loc, field, value)
+    if n < 1:
+        _fail(loc, field, "must be a positive integer (an engine refuses an empty prompt or answer)", value)
+    return n
+
+
+def _seconds(
+    loc: str, field: str, value: object, *, minimum: float | None = 0.0, maximum: float | None = None
+) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         _fail(loc, field, "must be a finite number of seconds", value)
     if minimum is not None and value < minimum:
         _fail(loc, field, f"must be >= {minimum:g}", value)
+    if maximum is not None and value > maximum:
+        _fail(loc, field, f"must be at most {maximum:,.0f} s", value)
     return float(value)
 
 
@@ -555,9 +573,9 @@ def _agentx_requests(loc: str, field: str, raw: object, depth: int, out: list[_A
         think = req.get("think_time")
         out.append(
             _AgentxCall(
-                t=_seconds(loc, f"{path}.t", req["t"]),
-                prompt=_tokens(loc, f"{path}.in", req["in"]),
-                output=_tokens(loc, f"{path}.out", req["out"]),
+                t=_seconds(loc, f"{path}.t", req["t"], maximum=MAX_TRACE_SECONDS),
+                prompt=_positive_tokens(loc, f"{path}.in", req["in"]),
+                output=_positive_tokens(loc, f"{path}.out", req["out"]),
                 hash_ids=hash_ids,
                 think=0.0 if think is None else _seconds(loc, f"{path}.think_time", think),
                 field=path,
@@ -588,6 +606,10 @@ def _agentx_workload(
         if isinstance(raw_id, bool) or not isinstance(raw_id, str | int) or raw_id == "":
             _fail(loc, "id", "must be a non-empty string", raw_id)
         sid = str(raw_id)
+        try:
+            sid.encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\ud800": no file or table could hold it later
+            _fail(loc, "id", "must be Unicode text (it holds an unpaired surrogate)", raw_id)
         if sid in sessions:
             _fail(loc, "id", "repeats an earlier session's id", raw_id)
         size = rec.get("block_size", 64)
@@ -596,7 +618,12 @@ def _agentx_workload(
         if block is None:
             block = size
         elif size != block:
-            _fail(loc, "block_size", f"must match the trace's block size {block}", size)
+            against = (
+                f"the block size the engine caches by, {block} (--page-size × --dcp)"
+                if block_tokens is not None
+                else f"the trace's block size {block}"
+            )
+            _fail(loc, "block_size", f"must match {against}", size)
         scope = rec.get("hash_id_scope", "local")
         if scope not in ("local", "global"):
             _fail(loc, "hash_id_scope", "must be 'local' or 'global'", scope)
