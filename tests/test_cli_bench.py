@@ -145,3 +145,15 @@ def test_session_workloads_are_cut_to_num_prompts() -> None:
     assert len(wl.requests) == 5 and wl.concurrency == 5  # rate inf: everything at t = 0
     wl = _build_workload("random", 6, 50.0, 2, 0, 64, 8, 1.0, 4)  # Poisson arrivals, at most 2 in flight
     assert wl.concurrency == 2 and all(r.arrival_s is not None for r in wl.requests)
+
+
+def test_bench_checks_its_output_file_and_names_its_own_flag_before_any_request(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Found by fuzzing: an unwritable --output-file failed only after the whole run, and a huge
+    --num-prompts was refused as --num-requests, a flag bench does not have."""
+    base = ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--concurrency", "1"]
+    code, _, err = cli(capsys, *base, "--num-prompts", "1", "--output-file", str(tmp_path / "no" / "o.json"))
+    assert code == 2 and "--output-file" in err and "no such directory" in err
+    code, _, err = cli(capsys, *base, "--num-prompts", "1000000000")
+    assert code == 2 and "--num-prompts must be an integer from 1 to 1,000,000" in err

@@ -125,3 +125,33 @@ def test_generate_names_the_sampling_flag_it_refuses(
     with pytest.raises(SystemExit) as exc:
         main(["generate", "--prompt", "hi", flag, value])
     assert exc.value.code == 2 and capsys.readouterr().err.strip() == f"error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # found by fuzzing: these hung (too few state slots), or were tracebacks
+        (["--prompt", "hello", "--num-pages", "100", "--num-state-slots", "2"], "2 state slots admit no request"),
+        (["--prompt", "hello", "--memory-gib", "0.001"], "state slots admit no request: one needs 3"),
+        (["--prompt", "ab\udcffcd"], "--prompt is not UTF-8 text"),
+        (["--prompt-token-ids", "99999999"], "--prompt-token-ids must be in [0, 4096)"),
+        (["--prompt", "hi", "--seed", str(2**64)], "--seed must be a 64-bit integer"),
+        (["--prompt", "hi", "--pool-ratio", "1e300"], "--pool-ratio must be a number > 0 and at most 1,000,000"),
+    ],
+)
+def test_generate_refuses_what_it_cannot_run_in_one_line(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "--max-tokens", "2", *args])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err.startswith("error: ") and message in err and "\n" not in err, err
+
+
+def test_generate_at_a_temperature_below_vllms_epsilon_is_greedy(capsys: pytest.CaptureFixture[str]) -> None:
+    outs = []
+    for temperature in ("0", "5e-324"):
+        main(["generate", "--prompt", "hello", "--max-tokens", "4", "--temperature", temperature, "--json"])
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]
