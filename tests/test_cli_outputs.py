@@ -85,3 +85,16 @@ def test_evaluate_and_fit_check_their_outputs_before_replaying(
         ["calibrate", "fit", *common, "--out", str(missing)],
         f"--out: cannot write {missing}: no such directory {missing.parent}",
     )
+
+
+def test_one_file_for_two_outputs_or_a_target_that_is_no_number_is_refused_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by fuzzing: the sweep wrote one figure over the other, and an SLO of nan was refused
+    without naming its flag."""
+    base = ["sweep", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--rates", "1", "--duration", "5"]
+    same = str(tmp_path / "p.png")
+    code, _, err = cli(capsys, *base, "--figure", same, "--latency-figure", same)
+    assert code == 2 and "--latency-figure" in err and "is also --figure" in err and not Path(same).exists()
+    code, _, err = cli(capsys, *base, "--slo-ttft-ms", "nan")
+    assert code == 2 and err.strip() == "error: --slo-ttft-ms must be a finite number > 0 (got nan)"

@@ -48,6 +48,21 @@ def check_output(flag: str, path: Path | None, suffixes: tuple[str, ...] = ()) -
         raise TokenmillError(f"{flag}: cannot write {path}: permission denied")
 
 
+def check_distinct_outputs(outputs: list[tuple[str, Path | None]], source: tuple[str, Path] | None = None) -> None:
+    """Refuse an output that is the input file or another output: the run would destroy what it
+    reads, or write one file twice and keep the last (``--figure P.png --latency-figure P.png``)."""
+    seen: dict[Path, str] = {}
+    if source is not None:
+        seen[source[1].resolve()] = source[0]
+    for flag, path in outputs:
+        if path is None:
+            continue
+        key = path.resolve()
+        if key in seen:
+            raise TokenmillError(f"{flag}: {path} is also {seen[key]}: write it to another file")
+        seen[key] = flag
+
+
 def _flag_bool(value: str) -> bool:
     if value.lower() in ("1", "true", "on", "yes"):
         return True

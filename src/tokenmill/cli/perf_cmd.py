@@ -19,6 +19,7 @@ from tokenmill.cli.options import (
     JsonOpt,
     ModelOpt,
     build_plan,
+    check_distinct_outputs,
     check_output,
     parse_number_list,
     with_layout_options,
@@ -605,9 +606,8 @@ def evaluate(
     check_output("--accuracy-out", accuracy_out)
     for path in figures:
         check_output("--figure", path, FIGURE_SUFFIXES)
-    _refuse_overwriting(
-        measurements, [("--out", out), ("--accuracy-out", accuracy_out), *(("--figure", f) for f in figures)]
-    )
+    outputs = [("--out", out), ("--accuracy-out", accuracy_out), *(("--figure", f) for f in figures)]
+    check_distinct_outputs(outputs, ("--measurements", measurements))
     if accuracy_out is not None and path_exists(accuracy_out):
         from tokenmill.perf.accuracy import load_accuracy
 
@@ -664,19 +664,6 @@ def evaluate(
         return
     _print_score(result, silicon)
     print(f"wrote {out}")
-
-
-def _refuse_overwriting(source: Path, outputs: list[tuple[str, Path | None]]) -> None:
-    """Refuse an output that is the input file or another output: the run would destroy what it
-    reads, or write one file twice."""
-    seen: dict[Path, str] = {source.resolve(): "--measurements"}
-    for flag, path in outputs:
-        if path is None:
-            continue
-        key = path.resolve()
-        if key in seen:
-            raise TokenmillError(f"{flag}: {path} is also {seen[key]}: write it to another file")
-        seen[key] = flag
 
 
 def _accuracy_table(
@@ -758,7 +745,7 @@ def fit(
     if max_rows is not None and max_rows <= 0:
         raise TokenmillError(f"--max-rows must be positive (got {max_rows})")
     check_output("--out", out)  # before a fit of many minutes, not after it
-    _refuse_overwriting(measurements, [("--out", out)])
+    check_distinct_outputs([("--out", out)], ("--measurements", measurements))
     table = load_table(start) if start is not None else ParamTable()
     msgs: list[str] = []
     log = msgs.append if json_out else (lambda m: print(m, file=sys.stderr))

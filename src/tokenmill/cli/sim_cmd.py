@@ -15,6 +15,7 @@ from tokenmill.cli.options import (
     JsonOpt,
     ModelOpt,
     build_plan,
+    check_distinct_outputs,
     check_output,
     compared_plans,
     parse_number_list,
@@ -112,8 +113,9 @@ def _print_notes(notes: list[str]) -> None:
 def _slo(ttft_ms: float, tpot_ms: float) -> Any:
     from tokenmill.workload.slo import SLO
 
-    if ttft_ms <= 0 or tpot_ms <= 0:
-        raise TokenmillError("--slo-ttft-ms and --slo-tpot-ms must be > 0")
+    for flag, value in (("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms)):
+        if not 0 < value < math.inf:  # also refuses nan
+            raise TokenmillError(f"{flag} must be a finite number > 0 (got {value})")
     return SLO(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
 
 
@@ -178,6 +180,7 @@ def simulate(
 
     check_output("--requests-out", requests_out, (".csv", ".parquet"))
     check_output("--figure", figure, FIGURE_SUFFIXES)
+    check_distinct_outputs([("--requests-out", requests_out), ("--figure", figure)])
     plan = build_plan(model, gpu, gpus, layout_flags or {})
     if chunk_tokens <= 0:
         raise TokenmillError(f"--chunk-tokens must be positive (got {chunk_tokens})")
@@ -286,6 +289,7 @@ def sweep(
 
     check_output("--figure", figure, FIGURE_SUFFIXES)
     check_output("--latency-figure", latency_figure, FIGURE_SUFFIXES)
+    check_distinct_outputs([("--figure", figure), ("--latency-figure", latency_figure)])
     base = build_plan(model, gpu, gpus, layout_flags or {})
     slo = _slo(slo_ttft_ms, slo_tpot_ms)
     perf, notes = _perf(gpu, backend)

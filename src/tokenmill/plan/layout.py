@@ -181,7 +181,7 @@ def validate_layout(layout: Layout, model: ModelSpec, gpus: int) -> None:
     ):
         _check_positive(name, value)
     if not 0.0 < layout.mem_fraction_static < 1.0:
-        raise TokenmillError(f"--mem-fraction-static must be between 0 and 1 (got {layout.mem_fraction_static})")
+        raise TokenmillError(f"--mem-fraction-static must be above 0 and below 1 (got {layout.mem_fraction_static})")
     check_pool_ratio(layout.pool_ratio)
     if layout.avg_request_tokens is not None and layout.avg_request_tokens <= 0:
         raise TokenmillError(f"--avg-request-tokens must be a positive integer (got {layout.avg_request_tokens})")
