@@ -157,3 +157,23 @@ def test_bench_checks_its_output_file_and_names_its_own_flag_before_any_request(
     assert code == 2 and "--output-file" in err and "no such directory" in err
     code, _, err = cli(capsys, *base, "--num-prompts", "1000000000")
     assert code == 2 and "--num-prompts must be an integer from 1 to 1,000,000" in err
+
+
+def test_a_failure_inside_the_clients_task_group_is_reported_as_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by fuzzing: a port out of range came back as "ExceptionGroup: unhandled errors in a
+    TaskGroup (1 sub-exception)", which says nothing of what failed."""
+    code, out, _ = cli(
+        capsys,
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:99999",
+        "--model",
+        "m",
+        "--num-prompts",
+        "1",
+        "--concurrency",
+        "1",
+        "--json",
+    )
+    errors = json.loads(out)["errors"]
+    assert code == 0 and len(errors) == 1 and "ExceptionGroup" not in errors[0] and "port" in errors[0]

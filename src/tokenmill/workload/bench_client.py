@@ -380,7 +380,9 @@ async def _send(client: Any, spec: RequestSpec, body: bytes, config: BenchConfig
     except httpx.HTTPError as exc:
         error = _one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     except Exception as exc:  # never let one request end the run
-        error = _one_line(f"{type(exc).__name__}: {exc}")
+        while isinstance(exc, ExceptionGroup) and exc.exceptions:  # say what failed, not "a TaskGroup"
+            exc = exc.exceptions[0]
+        error = _one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     if finish is None or error is not None:
         finish = time.perf_counter() - t0
     outcome = RequestOutcome(
