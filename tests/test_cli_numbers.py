@@ -155,3 +155,19 @@ def test_generate_at_a_temperature_below_vllms_epsilon_is_greedy(capsys: pytest.
         main(["generate", "--prompt", "hello", "--max-tokens", "4", "--temperature", temperature, "--json"])
         outs.append(capsys.readouterr().out)
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--isl", "100000000000"), ("--osl", "16777217"), ("--probe-tokens", "9223372036854775807")]
+)
+def test_a_token_count_past_two_to_the_24_is_refused_before_any_request_is_built(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by fuzzing: --isl 10¹¹ built a request's blocks first and filled 24 GB of memory."""
+    workload = "interference" if flag == "--probe-tokens" else "random"
+    argv = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--workload", workload]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--num-requests", "2", "--rate", "1", flag, value])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err == f"error: {flag} must be an integer from 1 to 16,777,216 (got {value})"
