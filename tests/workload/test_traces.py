@@ -136,6 +136,16 @@ def test_otel_attribute_shapes() -> None:
     assert _summary(w) == [(640, 7, 0.0, 0.0, True), (700, 3, None, 1.5, False)]
 
 
+def test_an_otel_call_with_no_answer_recorded_is_replayed_as_one_token() -> None:
+    """Found by fuzzing: a chat span with input tokens but no output count or messages was read
+    as 0 output tokens, and the replay stopped on it ("max_new_tokens must be positive")."""
+    chat = {"gen_ai.operation.name": "chat"}
+    span = {"session_id": "s", "start_time": 0, "end_time": 1, "attributes": {**chat, "gen_ai.usage.input_tokens": 50}}
+    zero = {**span, "start_time": 2, "end_time": 3, "attributes": {**chat, "gen_ai.usage.input_tokens": 0}}
+    w = parse_otel_lines([json.dumps(span), json.dumps(zero)])
+    assert [(r.prompt_tokens, r.output_tokens) for r in w.requests] == [(50, 1), (1, 1)]
+
+
 # ------------------------------------------------------------------ AgentX
 
 

@@ -365,8 +365,11 @@ def _otel_call(loc: str, field: str, span: dict[str, Any], attrs: dict[str, Any]
     return _Call(
         start=start,
         end=end,
-        prompt=prompt,
-        output=output,
+        # a recorded call of no prompt or no answer (an errored call, a text shorter than 4
+        # characters) still ran a prefill and sent one token, the end of its answer: replayed as
+        # such, not as a request the engine refuses, which stopped the whole replay
+        prompt=max(1, prompt),
+        output=max(1, output),
         tool_call=_has_tool_call(output_msgs, _decoded(attrs.get("gen_ai.response.finish_reasons"))),
         messages=_decoded(attrs.get("gen_ai.input.messages")),
         system=_decoded(attrs.get("gen_ai.system_instructions")),
