@@ -128,7 +128,7 @@ def generate(
             prompt.encode("utf-8")
         except UnicodeEncodeError as exc:  # bytes the shell passed that are not UTF-8 (kept as surrogates)
             raise TokenmillError(f"--prompt is not UTF-8 text (a byte at character {exc.start} is not)") from None
-    from tokenmill.runtime.llm import LLM
+    from tokenmill.runtime.llm import LLM, check_token_ids
     from tokenmill.runtime.sampling import SamplingParams
 
     try:
@@ -140,10 +140,8 @@ def generate(
         raise TokenmillError(f"--{field.replace('_', '-')} {rest}") from None
     opts = _engine_options_from(locals())
     llm = LLM(model, opts)
-    if ids is not None and not all(0 <= t < llm.model.vocab_size for t in ids):
-        raise TokenmillError(
-            f"--prompt-token-ids must be in [0, {llm.model.vocab_size}) (got {prompt_token_ids!r:.60})"
-        )
+    if ids is not None:
+        check_token_ids(ids, llm.model.vocab_size, "--prompt-token-ids")
     prompts: list[list[int]] | list[str] = [ids] if ids is not None else [prompt or ""]
     out = llm.generate(prompts, params)[0]
     if json_out:

@@ -72,6 +72,12 @@ def resolve_model_dir(model: str | Path | None) -> Path:
     raise TokenmillError(f"--model {model!r}: not a checkpoint directory with config.json")
 
 
+def check_token_ids(ids: list[int], vocab: int, what: str = "prompt token ids") -> None:
+    """Every id names a token of the model's vocabulary (``what`` names them in the error)."""
+    if any(t < 0 or t >= vocab for t in ids):
+        raise TokenmillError(f"{what} must be in [0, {vocab})")
+
+
 class LLM:
     def __init__(self, model: str | Path | None = None, options: EngineOptions | None = None) -> None:
         opts = options or EngineOptions()
@@ -137,9 +143,7 @@ class LLM:
     def add_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Request:
         if not prompt_ids:
             raise TokenmillError("the prompt must contain at least one token")
-        vocab = self.model.vocab_size
-        if any(t < 0 or t >= vocab for t in prompt_ids):
-            raise TokenmillError(f"prompt token ids must be in [0, {vocab})")
+        check_token_ids(prompt_ids, self.model.vocab_size)
         rid = request_id or f"req-{next(self._ids)}"
         req = Request(
             rid=rid,

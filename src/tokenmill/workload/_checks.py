@@ -35,10 +35,10 @@ def check_non_negative(name: str, value: float) -> float:
     return float(value)
 
 
-#: The most tokens one prompt or answer of a generated workload may have: 16 × the longest context
-#: a bundled model has (Kimi-K3's 1M). A request's content is built block by block before any pool
-#: is consulted, so 10¹¹ tokens used to fill the machine's memory instead of being refused.
-MAX_TOKENS = 1 << 24
+#: The most tokens one prompt or answer may have, generated or read from a trace: ten times the
+#: longest context a bundled model has (Kimi-K3's 1M). A request's content is built block by block
+#: before any pool is consulted, so 10¹¹ tokens used to fill the machine's memory.
+MAX_TOKENS = 10_000_000
 
 
 def check_int(name: str, value: int, minimum: int = 0, maximum: int | None = None) -> int:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tokenmill.errors import TokenmillError
-from tokenmill.workload._checks import check_int, check_non_negative, show
+from tokenmill.workload._checks import MAX_TOKENS, check_int, check_non_negative, show
 from tokenmill.workload.arrivals import poisson_arrivals
 from tokenmill.workload.request import (
     RequestSpec,
@@ -41,8 +41,6 @@ from tokenmill.workload.request import (
 
 #: Recorded gaps longer than this are cut to it (AgentX replay: "300 s per-trajectory idle cap").
 MAX_THINK_TIME_S = 300.0
-#: Token counts above this are refused as corrupt (the largest AgentX inputs are under 1M).
-MAX_TOKENS = 10_000_000
 #: Subagents may nest; deeper than this is refused as corrupt.
 MAX_SUBAGENT_DEPTH = 8
 #: Hash ids must fit 63 bits, like the content ids they become.
