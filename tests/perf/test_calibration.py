@@ -12,7 +12,7 @@ from tests.perf.rows import MODELS, row
 from tokenmill.errors import TokenmillError
 from tokenmill.perf.calibrate import _tie_groups, collect, fit, fit_constants, predict_recorded, predict_rows, score
 from tokenmill.perf.calibrated import ParamTable, load_table, params_for
-from tokenmill.perf.params import ENGINE_FIELDS, GPU_FIELDS, PER_GPU_FIELDS, PerfParams
+from tokenmill.perf.params import BOUNDS, ENGINE_FIELDS, GPU_FIELDS, PER_GPU_FIELDS, PerfParams
 
 
 def test_shipped_constants_load_and_fall_back_with_notes() -> None:
@@ -193,6 +193,41 @@ def test_the_front_end_latency_is_pulled_towards_its_prior_like_the_gemm_constan
     # both fits raise it from 20 ms; the ordinary pull lets it take most of the gap
     assert 20e-3 < front_end(strong) < front_end(weak)
     assert front_end(weak) / front_end(strong) > 1.5
+
+
+def test_a_gpu_with_few_rows_keeps_its_memory_and_links_near_the_other_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-GPU constants (HBM streaming, collective latency) are pulled towards the other fitted
+    GPUs' geometric mean with ``POOL_WEIGHT`` whatever the GPU's own rows: one slow campaign on a
+    GPU cannot take its memory system to a bound (GB200 without DeepSeek's rows: docs/perf.md §3,
+    "The GPUs' pooled constants")."""
+    assert calibrate.POOL_WEIGHT > 0
+    # H100 decodes as the uncalibrated model says; H200's one row decodes 2.5 × slower than that,
+    # at one request, where a decode step is mostly weights streamed from HBM
+    rows = [
+        row(id=f"h100-{c}", silicon_data_source=f"s; silicon_concurrency={c}", silicon_ttft_ms=t, silicon_tpot_ms=p)
+        for c, t, p in (("1", "40", "4.6"), ("2", "45", "4.8"), ("4", "50", "5.1"))
+    ] + [row(id="h200", system="h200_sxm", silicon_data_source="s; silicon_concurrency=1", silicon_tpot_ms="11")]
+    data = collect(predict_rows(rows, MODELS, ParamTable(), record=True))
+    pooled, _ = fit_constants(data, ParamTable(), sweeps=2)
+    monkeypatch.setattr(calibrate, "POOL_WEIGHT", 0.0)
+    alone, _ = fit_constants(data, ParamTable(), sweeps=2)
+
+    def bw(table: ParamTable, gpu: str) -> float:
+        return table.gpus[gpu]["weight_bandwidth_efficiency"]
+
+    # alone, H200's streaming falls to its 0.3 bound; pooled it stays within a third of H100's
+    # (0.75 against 0.98 when written)
+    assert bw(alone, "h200") == pytest.approx(BOUNDS["weight_bandwidth_efficiency"][0])
+    assert bw(alone, "h200") < 0.5 * bw(pooled, "h200")
+    assert bw(pooled, "h200") < bw(pooled, "h100") < 1.4 * bw(pooled, "h200")
+    # the kernel efficiencies (shared by Hopper) and the engine's constants are not pooled: with one
+    # GPU fitted there is nothing to pool towards, and the fit is the unpooled one
+    one = data.without(np.array([i.startswith("h100") for i in data.ids]))
+    monkeypatch.setattr(calibrate, "POOL_WEIGHT", 2.0)
+    a, _ = fit_constants(one, ParamTable(), sweeps=1)
+    monkeypatch.setattr(calibrate, "POOL_WEIGHT", 0.0)
+    b, _ = fit_constants(one, ParamTable(), sweeps=1)
+    assert a.to_json()["gpus"] == b.to_json()["gpus"]
 
 
 def test_recorded_steps_reweighted_equal_a_replay_with_other_constants() -> None:

@@ -44,6 +44,7 @@ from tokenmill.perf.params import (
     FAMILY_TIED,
     GLOBAL_FIELDS,
     GPU_FIELDS,
+    PER_GPU_FIELDS,
     PerfParams,
 )
 from tokenmill.perf.recorded import Recorded
@@ -563,6 +564,16 @@ PRIOR_WEIGHT = 0.02
 #: held-out TTFT error went from 23 % to 41 %; with the front end pinned at its in-sample value the
 #: same refit gave 31 % (docs/perf.md §3, "The front end's prior").
 BENCHMARK_PRIORS: dict[str, float] = {"matmul_efficiency": 0.75, "fp8_matmul_ratio": 0.9}
+#: Weight of the pull of a constant fitted for each GPU alone (``PER_GPU_FIELDS``: HBM streaming,
+#: NVLink collective latency) towards the geometric mean of the other fitted GPUs' values, in the
+#: loss's units per (log ratio)², whatever the GPU's own rows (as ~100 rows' worth of the prior
+#: pull would be): partial pooling. A GPU's memory system and links differ from its siblings', and
+#: the rows say by how much where many campaigns agree; where one or two campaigns are all a GPU
+#: has, they cannot move it to a bound on their own. Without DeepSeek's rows GB200 kept 15, 13 of
+#: them one Qwen3-32B campaign under TRT-LLM, and its weight streaming fell to the 0.3 bound and its
+#: collective latency rose to 97 µs; DeepSeek's 84 GB200 rows, held out, then came out twice as slow
+#: as measured (docs/perf.md §3, "The GPUs' pooled constants").
+POOL_WEIGHT = 2.0
 PRIOR_WEIGHTS: dict[str, float] = dict.fromkeys(
     ("matmul_efficiency", "fp8_matmul_ratio", "request_latency_s"), 10 * PRIOR_WEIGHT
 )
@@ -598,11 +609,23 @@ class _Coordinate:
     """One constant (globally, or of one group of GPUs, or of one engine) and its line search."""
 
     def __init__(
-        self, cur: _Params, s: _Subset, scope: str, key: str, i: int, members: list[int], log_prior: float
+        self,
+        cur: _Params,
+        s: _Subset,
+        scope: str,
+        key: str,
+        i: int,
+        members: list[int],
+        log_prior: float,
+        pooled: Sequence[int] = (),
     ) -> None:
+        """``pooled``: the other GPUs whose geometric mean pulls this per-GPU constant
+        (``POOL_WEIGHT``); none for the rest."""
         self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
         self.log_prior = log_prior
         self.pull = PRIOR_WEIGHTS.get(key, PRIOR_WEIGHT) * s.n_rows
+        others = cur.gpu[key][list(pooled)] if pooled else None
+        self.pool_centre = float(np.mean(np.log(others))) if others is not None else None
         self.ns = cur.view(s)
 
     def get(self) -> float:
@@ -633,7 +656,8 @@ class _Coordinate:
 
     def objective(self, logv: float) -> float:
         self.put(math.exp(logv))
-        return _loss(*_predict(self.s, self.ns), self.s) + self.pull * (logv - self.log_prior) ** 2
+        pool = 0.0 if self.pool_centre is None else POOL_WEIGHT * (logv - self.pool_centre) ** 2
+        return _loss(*_predict(self.s, self.ns), self.s) + self.pull * (logv - self.log_prior) ** 2 + pool
 
     def update(self, sweep: int) -> None:
         """A 7-point grid around the current value (narrowing with the sweeps), then golden-section
@@ -691,9 +715,16 @@ def fit_constants(
     coords += [("eng", k, i, [i], by_eng[i]) for k in ENGINE_FIELDS for i in range(len(data.engines))]
     coords += [("glob", k, 0, [0], everything) for k in GLOBAL_FIELDS]
     coords = [c for c in coords if c[1] not in fixed and c[4].n_rows > 0]
+    fitted_gpus = [g for g in range(len(data.gpus)) if group_rows.get((g,)) is not None and group_rows[(g,)].n_rows]
+
+    def pooled(scope: str, key: str, members: list[int]) -> list[int]:
+        if scope != "gpu" or key not in PER_GPU_FIELDS:
+            return []
+        return [g for g in fitted_gpus if g not in members]
+
     for sweep in range(sweeps):
         for scope, key, i, members, s in coords:
-            _Coordinate(cur, s, scope, key, i, members, _log_prior(key)).update(sweep)
+            _Coordinate(cur, s, scope, key, i, members, _log_prior(key), pooled(scope, key, members)).update(sweep)
         history.append(total())
         if log:
             log(f"sweep {sweep + 1}: loss {history[-1]:.2f} (rows {len(data.ids)})")
