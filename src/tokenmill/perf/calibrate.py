@@ -571,7 +571,7 @@ BENCHMARK_PRIORS: dict[str, float] = {"matmul_efficiency": 0.75, "fp8_matmul_rat
 #: the rows say by how much where many campaigns agree; where one or two campaigns are all a GPU
 #: has, they cannot move it to a bound on their own. Without DeepSeek's rows GB200 kept 15, 13 of
 #: them one Qwen3-32B campaign under TRT-LLM, and its weight streaming fell to the 0.3 bound and its
-#: collective latency rose to 97 µs; DeepSeek's 84 GB200 rows, held out, then came out twice as slow
+#: collective latency rose to 97 µs; DeepSeek's 87 GB200 rows, held out, then came out twice as slow
 #: as measured (docs/perf.md §3, "The GPUs' pooled constants").
 POOL_WEIGHT = 2.0
 PRIOR_WEIGHTS: dict[str, float] = dict.fromkeys(
@@ -715,7 +715,7 @@ def fit_constants(
     coords += [("eng", k, i, [i], by_eng[i]) for k in ENGINE_FIELDS for i in range(len(data.engines))]
     coords += [("glob", k, 0, [0], everything) for k in GLOBAL_FIELDS]
     coords = [c for c in coords if c[1] not in fixed and c[4].n_rows > 0]
-    fitted_gpus = [g for g in range(len(data.gpus)) if group_rows.get((g,)) is not None and group_rows[(g,)].n_rows]
+    fitted_gpus = sorted(set(data.row_gpu.tolist()))  # the GPUs with rows: each pools towards the others
 
     def pooled(scope: str, key: str, members: list[int]) -> list[int]:
         if scope != "gpu" or key not in PER_GPU_FIELDS:
