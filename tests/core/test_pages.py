@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -34,6 +34,30 @@ def test_alloc_is_all_or_nothing() -> None:
     assert a.alloc(0) == []
     with pytest.raises(ValueError):
         a.alloc(-1)
+
+
+@given(
+    held=st.integers(0, 40),
+    freed=st.lists(st.integers(0, 39), unique=True, max_size=40),
+    sizes=st.lists(st.integers(0, 12), min_size=1, max_size=6),
+)
+def test_one_allocation_hands_out_the_ids_of_several_in_a_row(held: int, freed: list[int], sizes: list[int]) -> None:
+    """The decode cohort serves the members the free pages cover with one allocation
+    (``Scheduler._serve_short``): that must give each member the ids it would get from an
+    allocation of its own, whatever mix of freed and never-used ids the pool holds."""
+    freed = [i for i in freed if i < held]
+    one, many = KVPageAllocator(64, 16), KVPageAllocator(64, 16)
+    for a in (one, many):
+        a.alloc(held)
+        a.free(freed)
+    together = one.alloc(sum(sizes))
+    apart = [many.alloc(n) for n in sizes]
+    if together is None:  # more than the pool holds: the scheduler never asks for it
+        assert sum(sizes) > 64 - held + len(freed)
+        return
+    assert all(part is not None for part in apart)
+    assert together == [i for part in apart for i in part or []]
+    assert one.num_free == many.num_free
 
 
 def test_free_rejects_double_free_unknown_and_repeats_atomically() -> None:

@@ -421,9 +421,34 @@ class Scheduler:
         (earlier in running order): their items stay in its batch, so in the step's cost and width."""
         width = self.config.verify_tokens
         gone: list[tuple[int, int]] = []
-        for req, total, need in work:
-            if req.cohort_clock < 0:
-                continue  # retracted while making room for an earlier one
+        pages = self.pages
+        n = len(work)
+        i = 0
+        while i < n:
+            # The members from i on that the free pages cover take them in one allocation: the
+            # same ids, in the same order, as one allocation each (the free list is a stack), and
+            # no eviction, as none of them finds the pages short. A retraction storm serves
+            # thousands of members a step, most of them before the pages run out.
+            free = pages.num_free
+            j, batch = i, 0
+            while j < n:
+                req, _, need = work[j]
+                if req.cohort_clock >= 0 and need > 0:
+                    if batch + need > free:
+                        break
+                    batch += need
+                j += 1
+            if batch:
+                handed = pages.alloc(batch) or []
+                at = 0
+                for req, _, need in work[i:j]:
+                    if req.cohort_clock >= 0 and need > 0:
+                        req.pages.extend(handed[at : at + need])
+                        at += need
+            if j == n:
+                break
+            req, total, need = work[j]  # needs more pages than are free: evict, then retract
+            i = j + 1
             while need > 0:
                 got = self._alloc_pages(need)
                 if got is not None:
