@@ -8,9 +8,10 @@ and then only re-weights the recorded steps:
 
 1. refit from the shipped constants, with every ``--set KEY=VALUE`` global constant pinned; print
    the loss and the median absolute percentage errors of TTFT and TPOT;
-2. with ``--lomo``: per model (grouped as in ``calibrate_lomo.py``), refit from the priors (the
-   ``--set`` constants pinned) on ``--max-rows`` of the other rows and predict the held-out rows
-   from their recorded steps; print the table of ``calibrate_lomo.py``.
+2. with ``--lomo``: per model (grouped as in ``calibrate_lomo.py``; ``--only FAMILY``, repeatable,
+   for some), refit from the priors (the ``--set`` constants pinned) on ``--max-rows`` of the other
+   rows and predict the held-out rows from their recorded steps; print the table of
+   ``calibrate_lomo.py``.
 
 For aggregated rows, predictions from recorded steps equal a replay's (a closed loop's step
 sequence does not depend on step times); so the medians match `calibrate evaluate` to within a
@@ -121,6 +122,9 @@ def main() -> None:
     ap.add_argument("--sweeps", type=int, default=3)
     ap.add_argument("--lomo", action="store_true")
     ap.add_argument("--max-rows", type=int, default=1200)
+    ap.add_argument(
+        "--only", action="append", default=[], metavar="FAMILY", help="with --lomo, hold out only these models"
+    )
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument(
         "--fit-without",
@@ -146,6 +150,11 @@ def main() -> None:
     t0 = time.perf_counter()
     data, fam = recorded(args.cache, args.measurements, args.models_dir, args.jobs)
     print(f"{len(data.ids)} rows, {len(data.row):,} recorded steps ({time.perf_counter() - t0:.0f} s)")
+    row_fam = np.array([fam[i] for i in data.ids])
+    families = sorted(set(row_fam))
+    unknown = set(args.only) - set(families)
+    if unknown:
+        sys.exit(f"--only: no model {', '.join(sorted(unknown))} (one of {', '.join(families)})")
 
     def start(table: ParamTable) -> ParamTable:
         table.global_.update(pinned)
@@ -171,12 +180,11 @@ def main() -> None:
             )
     if not args.lomo:
         return
-    row_fam = np.array([fam[i] for i in data.ids])
     print(
         "\n| held-out model | rows | TTFT in-sample | TTFT held out | ratio | TPOT in-sample | TPOT held out | ratio |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for f in sorted(set(row_fam)):
+    for f in args.only or families:
         held = row_fam == f
         order = sorted(np.flatnonzero(~held & ~out), key=lambda i: hashlib.sha256(data.ids[i].encode()).hexdigest())
         keep = np.zeros(len(held), dtype=bool)
