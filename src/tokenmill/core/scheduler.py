@@ -60,6 +60,18 @@ _ONE_ZERO = [0]  # a placeholder token for a step result that names none (never 
 _NEVER = 1 << 62  # a cohort clock no replay reaches
 
 
+def _hand_out(work: list[tuple[Request, int, int]], got: list[int]) -> int:
+    """Give each cohort member of ``work`` (member, its length, pages it needs) that is still in
+    the cohort its pages from ``got``, in order, as one allocation each would have: one allocation
+    serves them all. Returns how many of ``got`` were handed out."""
+    at = 0
+    for req, _, need in work:
+        if need > 0 and req.cohort_clock >= 0:
+            req.pages.extend(got[at : at + need])
+            at += need
+    return at
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Pool sizes and policies; the simulator and the real engine build it from the same plan."""
@@ -379,12 +391,7 @@ class Scheduler:
             co.pay([])  # what the counted members needed was served above, one by one
         else:
             got = (self.pages.alloc(short) or []) if short else []
-            at = 0
-            for req, _, need in work:
-                if need > 0:
-                    req.pages.extend(got[at : at + need])
-                    at += need
-            co.pay(got[at:])
+            co.pay(got[_hand_out(work, got) :])
         checkpoints = co.checkpoints
         checkpoints.clear()
         served = [(req, total) for req, total, _ in work if req.cohort_clock >= 0]  # not retracted
@@ -439,12 +446,7 @@ class Scheduler:
                     batch += need
                 j += 1
             if batch:
-                handed = pages.alloc(batch) or []
-                at = 0
-                for req, _, need in work[i:j]:
-                    if req.cohort_clock >= 0 and need > 0:
-                        req.pages.extend(handed[at : at + need])
-                        at += need
+                _hand_out(work[i:j], pages.alloc(batch) or [])
             if j == n:
                 break
             req, total, need = work[j]  # needs more pages than are free: evict, then retract
