@@ -98,6 +98,17 @@ def test_not_enough_memory_is_an_answer_not_a_crash() -> None:
     assert plan.fits is False and plan.reason and "pools" in plan.reason
 
 
+def test_pools_squeezed_out_say_by_how_much_not_a_negative_size() -> None:
+    """Seed §2.1: with DP attention the 67 GiB of attention weights are copied to every GPU; at a
+    low mem-fraction-static the reserves then take more than is left, and the reason says how
+    much is missing as a positive size."""
+    plan = plan_memory(K3, B300, 8, Layout(tp=8, dp_attention=8, mem_fraction_static=0.5))
+    assert plan.fits is False and plan.reason is not None and plan.rest < 0
+    short = f"{-plan.rest / 1024**3:.2f} GiB short"
+    assert plan.reason.startswith("does not fit: weights ") and short in plan.reason, plan.reason
+    assert "-" not in plan.reason.split("(")[0], plan.reason
+
+
 @pytest.mark.parametrize("ratio", [0.05, 0.9, 1.1, 8.82, 50.0])
 def test_pools_never_exceed_the_budget(ratio: float) -> None:
     plan = plan_memory(K3, B300, 8, Layout(tp=8, dcp=8, pool_ratio=ratio))

@@ -273,8 +273,8 @@ def plan_memory(model: ModelSpec, gpu: GPU, gpus: int, layout: Layout) -> Memory
         fits, reason = (
             False,
             (
-                f"does not fit: weights {_g(weights)} and reserves leave {_g(rest)} for the pools"
-                f" (mem_fraction_static {layout.mem_fraction_static} of {_g(free_before)})"
+                f"does not fit: weights {_g(weights)} and reserves leave no room for the pools"
+                f" ({_g(-rest)} short; mem_fraction_static {layout.mem_fraction_static} of {_g(free_before)})"
             ),
         )
     elif model.is_hybrid and pools.state_slots <= 0:
