@@ -14,7 +14,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.hardware import load_gpu
 from tokenmill.plan import Layout, plan_memory
 from tokenmill.spec import load_model
-from tokenmill.units import gib_to_bytes
+from tokenmill.units import GiB, gib_to_bytes
 
 K3 = load_model("kimi-k3")
 B300 = load_gpu("b300")
@@ -104,7 +104,7 @@ def test_pools_squeezed_out_say_by_how_much_not_a_negative_size() -> None:
     much is missing as a positive size."""
     plan = plan_memory(K3, B300, 8, Layout(tp=8, dp_attention=8, mem_fraction_static=0.5))
     assert plan.fits is False and plan.reason is not None and plan.rest < 0
-    short = f"{-plan.rest / 1024**3:.2f} GiB short"
+    short = f"{-plan.rest / GiB:.2f} GiB short"
     assert plan.reason.startswith("does not fit: weights ") and short in plan.reason, plan.reason
     assert "-" not in plan.reason.split("(")[0], plan.reason
 
