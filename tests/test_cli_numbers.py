@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import typer
 
+from tests.cli_helpers import answers_or_one_line
 from tokenmill.cli import app, main
 
 #: Commands that run offline and quickly; ``serve``, ``bench`` and ``generate`` need a model or a
@@ -54,21 +55,6 @@ def test_an_odd_number_gets_an_answer_or_one_line(
     if path[0] in ("simulate", "sweep"):
         extra = ["--json", "--num-requests", "4"] if flag != "--num-requests" else ["--json"]
     answers_or_one_line([*path, flag, value, *extra], "error: ", capsys)
-
-
-def answers_or_one_line(argv: list[str], prefix: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """The command succeeds, or exits 2 with one line on stderr starting with ``prefix``."""
-    capsys.readouterr()
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    err = capsys.readouterr().err
-    assert code in (0, 2), err
-    if code == 2:
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(prefix), err
 
 
 #: Flags that take a comma-separated list of numbers.
