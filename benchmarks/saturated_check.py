@@ -6,10 +6,11 @@ few requests behind many lanes) come from replays of C₁ and 2 C₁ lanes (``pe
 prints for each the time of each and how far the short answer is from the exact one (TTFT, TPOT
 and request latency, the point's means over both regimes), and which regimes it served.
 
-    .venv/bin/python benchmarks/saturated_check.py [--match TEXT] [--random N [--seed S]] [--json]
+    .venv/bin/python benchmarks/saturated_check.py [--match TEXT] [--random N [--seed S] [--many-lanes]] [--json]
 
 ``--random N`` compares N random points that are shortened (models, GPUs, TP, engines, 16k–128k
-prompts, 256–4,096 output tokens, 256–1,024 lanes) instead of the fixed ones.
+prompts, 256–4,096 output tokens, 256–1,024 lanes) instead of the fixed ones; with
+``--many-lanes``, 2,048–4,096 lanes of 4k–32k prompts and 1k–4k output tokens.
 
 The million-token point (``--match nemotron``) replays for minutes with ``--exact``.
 """
@@ -47,6 +48,8 @@ gpt-oss-120b b200 1 1 - vllm 131072 1024 1024
 gpt-oss-120b b200 1 1 - vllm 65536 4096 2048
 kimi-linear-48b-a3b h200 1 1 - sglang 131072 1024 1024
 nemotron-3-nano-30b-a3b b200 2 2 - vllm 1000000 4096 512
+llama-3.1-8b h100 1 1 - sglang 16384 2048 2048
+kimi-k3 b300 8 8 1.1 sglang 8400 4096 4096
 """
 
 
@@ -86,17 +89,24 @@ RANDOM_MODELS = [
 ]
 
 
-def _random_points(n: int, seed: int) -> Iterator[tuple[str, str, str, int, Layout, str, int, int, int]]:
+def _random_points(
+    n: int, seed: int, many_lanes: bool = False
+) -> Iterator[tuple[str, str, str, int, Layout, str, int, int, int]]:
     """Random points (model, GPU, GPUs, TP, engine, lengths, lanes) that fit, their lanes
-    shortened or not: the caller keeps the first ``n`` that are."""
+    shortened or not: the caller keeps the first ``n`` that are. ``many_lanes``: 2,048–4,096
+    lanes of 4k–32k prompts and 1k–4k outputs, where a server holds more than the 32-lane probe
+    and C₁ is sized again from the replay after it."""
     rng = random.Random(seed)
+    prompts, outputs, lanes = [16384, 32768, 65536, 131072], [256, 1024, 2048, 4096], [256, 512, 1024]
+    if many_lanes:
+        prompts, outputs, lanes = [4096, 8192, 16384, 32768], [1024, 2048, 4096], [2048, 4096]
     while True:
         model, gpu = rng.choice(RANDOM_MODELS), rng.choice(["h100", "h200", "b200", "b300"])
         backend = rng.choice(["sglang", "vllm", "trtllm"])
         gpus = rng.choice([1, 2, 4, 8])
         tp = rng.choice([t for t in (1, 2, 4, 8) if t <= gpus])
-        isl, osl = rng.choice([16384, 32768, 65536, 131072]), rng.choice([256, 1024, 2048, 4096])
-        c = rng.choice([256, 512, 1024])
+        isl, osl = rng.choice(prompts), rng.choice(outputs)
+        c = rng.choice(lanes)
         label = f"{model} {gpus}×{gpu.upper()} TP{tp}, {isl:,}/{osl:,}, C={c:,} {backend}"
         yield label, model, gpu, gpus, Layout(tp=tp), backend, isl, osl, c
 
@@ -106,10 +116,11 @@ def main() -> None:
     ap.add_argument("--match", default="", help="only the points whose label contains this")
     ap.add_argument("--random", type=int, default=0, help="instead, this many random points that are shortened")
     ap.add_argument("--seed", type=int, default=0, help="of --random")
+    ap.add_argument("--many-lanes", action="store_true", help="--random points of 2,048–4,096 lanes, 4k–32k prompts")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
-    points = _random_points(args.random, args.seed) if args.random else iter(_points())
+    points = _random_points(args.random, args.seed, args.many_lanes) if args.random else iter(_points())
     for label, model, gpu, gpus, layout, backend, isl, osl, c in points:
         if args.match.lower() not in label.lower():
             continue

@@ -199,6 +199,38 @@ def test_a_first_shorter_replay_that_fails_the_depth_check_spares_the_second(mon
     assert not [n for n in short.notes if SHORT_NOTE in n]
 
 
+def test_a_probe_that_ran_every_lane_is_followed_by_a_replay_sized_from_what_the_next_one_ran(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """16,384/2,048 on one H100 at 2,048 lanes, drifted apart: the probe of 32 lanes runs all 32
+    at once, so C₁ = 192 is sized from 32 running; that replay runs 25 at once, and 8 × 25 > 192.
+    Until the thirty-eighth session that sent the regime to a replay of every lane; now C₁ is
+    sized again from the 25 (224 lanes, then 448), and the regime comes from those two and the
+    point's first lanes. Against every lane replayed (2.7 s against 0.9 s here): the drifted
+    regime's TTFT within 1 %, the point's TTFT and latency within 0.5 %, its TPOT within 2 %
+    (measured: −0.54 %, +0.02 %, +0.06 % and +0.86 %)."""
+    from tokenmill.perf import replay
+
+    ran: list[tuple[int, bool]] = []
+    loop = replay._closed_loop
+
+    def counted(*args: object, **kwargs: object) -> object:
+        ran.append((int(args[6]), bool(kwargs.get("stagger"))))  # type: ignore[call-overload]
+        return loop(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replay, "_closed_loop", counted)
+    short = replay_aggregated(LLAMA_8B, "sglang", 16384, 2048, 2048, PARAMS, saturated=True)
+    drifted = [lanes for lanes, stagger in ran if stagger]
+    assert drifted == [32, 192, 224, 448, 2048]  # the last: the point's first lanes only (``head``)
+    assert [n for n in short.notes if n.startswith("2,048 lanes drifted apart from replays of 224 and 448")]
+    monkeypatch.setattr(replay, "_closed_loop", loop)
+    exact = replay_aggregated(LLAMA_8B, "sglang", 16384, 2048, 2048, PARAMS)
+    assert short.ttft_regimes["drifted"] == pytest.approx(exact.ttft_regimes["drifted"], rel=1e-2)
+    assert short.ttft_s == pytest.approx(exact.ttft_s, rel=5e-3)
+    assert short.e2e_s == pytest.approx(exact.e2e_s, rel=5e-3)
+    assert short.tpot_s == pytest.approx(exact.tpot_s, rel=2e-2)
+
+
 def test_predict_shortens_by_default_and_exact_replays_every_lane() -> None:
     args = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1"]
     args += ["--isl", "131072", "--osl", "96", "--concurrency", "256", "--json"]

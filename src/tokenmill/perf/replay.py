@@ -736,23 +736,26 @@ def _saturated_regime(point: _Point, sync: int) -> _RegimeRun | None:
     """One regime of ``lanes`` lanes from two shorter replays where its server is saturated
     (``perf.saturated``): a probe of ``PROBE_LANES`` lanes says how many requests the server runs
     at once, then replays of C₁ ≥ ``DEPTH`` × that and 2 C₁ lanes, both with a queue at every
-    step. None where the point is too short to gain or a replay was not saturated: the caller
-    replays every lane then."""
+    step. Where the probe ran all its lanes at once and the replay sized from it ran more, C₁ is
+    sized again from that replay (as long as the point has ``DEPTH`` × C₁ lanes). None where the
+    point is too short to gain or a replay was not saturated: the caller replays every lane then."""
     lanes, osl = point.lanes, point.osl
     if shorter_lanes(1, lanes) is None or (not sync and 1 < osl < lanes):
         return None  # too short to gain, or staggered lengths shared by lanes (``extrapolate``)
-    short = point.loop(sync, PROBE_LANES)
-    c1 = shorter_lanes(short.peak_running, lanes)
-    if c1 is None:
-        return None
+    c1 = PROBE_LANES
+    short = point.loop(sync, c1)
 
     def deep(x: _Loop) -> bool:  # a queue at every step, and C₁ at least DEPTH × what the server ran
         return x.saturated and DEPTH * x.peak_running <= c1
 
-    if c1 != PROBE_LANES:
+    while not deep(short):
+        # sized again from what this replay ran: a probe that ran every lane at once did not see
+        # how many the server holds, and the replay sized from it may run more
+        bigger = shorter_lanes(short.peak_running, lanes)
+        if bigger is None or bigger <= c1:
+            return None  # the longer replay could not make up for it: spare it
+        c1 = bigger
         short = point.loop(sync, c1)
-    if not deep(short):
-        return None  # the longer replay could not make up for it: spare it
     long = point.loop(sync, 2 * c1)
     if not deep(long):
         return None
