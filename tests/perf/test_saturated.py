@@ -179,10 +179,8 @@ def test_points_that_do_not_qualify_are_replayed_lane_by_lane(isl: int, osl: int
     assert short.notes == exact.notes, why
 
 
-def test_a_first_shorter_replay_that_fails_the_depth_check_spares_the_second(monkeypatch: pytest.MonkeyPatch) -> None:
-    """1,024/64 on one H100 at 4,096 lanes: the pool holds hundreds of requests, so the probe of 32
-    lanes runs them all (C₁ = 256) and the replay of 256 runs them all too. That already fails the
-    depth check, so the replay of 2 C₁ = 512 lanes is not run, and every lane is replayed."""
+def replays_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+    """From here on, the closed loops replayed: (lanes, staggered) of each, in order."""
     from tokenmill.perf import replay
 
     ran: list[tuple[int, bool]] = []
@@ -193,6 +191,14 @@ def test_a_first_shorter_replay_that_fails_the_depth_check_spares_the_second(mon
         return loop(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(replay, "_closed_loop", counted)
+    return ran
+
+
+def test_a_first_shorter_replay_that_fails_the_depth_check_spares_the_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,024/64 on one H100 at 4,096 lanes: the pool holds hundreds of requests, so the probe of 32
+    lanes runs them all (C₁ = 256) and the replay of 256 runs them all too. That already fails the
+    depth check, so the replay of 2 C₁ = 512 lanes is not run, and every lane is replayed."""
+    ran = replays_run(monkeypatch)
     short = replay_aggregated(LLAMA_8B, "sglang", 1024, 64, 4096, PARAMS, saturated=True)
     lock_step = [lanes for lanes, stagger in ran if not stagger]
     assert lock_step == [32, 256, 4096]
@@ -209,21 +215,11 @@ def test_a_probe_that_ran_every_lane_is_followed_by_a_replay_sized_from_what_the
     point's first lanes. Against every lane replayed (2.7 s against 0.9 s here): the drifted
     regime's TTFT within 1 %, the point's TTFT and latency within 0.5 %, its TPOT within 2 %
     (measured: −0.54 %, +0.02 %, +0.06 % and +0.86 %)."""
-    from tokenmill.perf import replay
-
-    ran: list[tuple[int, bool]] = []
-    loop = replay._closed_loop
-
-    def counted(*args: object, **kwargs: object) -> object:
-        ran.append((int(args[6]), bool(kwargs.get("stagger"))))  # type: ignore[call-overload]
-        return loop(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(replay, "_closed_loop", counted)
+    ran = replays_run(monkeypatch)
     short = replay_aggregated(LLAMA_8B, "sglang", 16384, 2048, 2048, PARAMS, saturated=True)
     drifted = [lanes for lanes, stagger in ran if stagger]
     assert drifted == [32, 192, 224, 448, 2048]  # the last: the point's first lanes only (``head``)
     assert [n for n in short.notes if n.startswith("2,048 lanes drifted apart from replays of 224 and 448")]
-    monkeypatch.setattr(replay, "_closed_loop", loop)
     exact = replay_aggregated(LLAMA_8B, "sglang", 16384, 2048, 2048, PARAMS)
     assert short.ttft_regimes["drifted"] == pytest.approx(exact.ttft_regimes["drifted"], rel=1e-2)
     assert short.ttft_s == pytest.approx(exact.ttft_s, rel=5e-3)

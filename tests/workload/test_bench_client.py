@@ -281,9 +281,17 @@ def test_poisson_mode_sends_at_the_workloads_arrival_times(fake: FakeServer) -> 
     assert wl.concurrency is None
     result = run(wl, config(fake, "ttft=0.01"))
     assert all(o.completed for o in result.outcomes)
+    late = []
     for spec, o in zip(wl.requests, result.outcomes, strict=True):
         assert spec.arrival_s is not None
-        assert spec.arrival_s - 0.002 <= o.send_s <= spec.arrival_s + 0.04
+        late.append(o.send_s - spec.arrival_s)
+    # never before its time (a client that sent them all at once would be), and on time: the
+    # median within 40 ms (~2 ms here) and none later than 0.5 s. Not every send within 40 ms:
+    # one stall of a loaded machine (a send 0.24 s late, once, 2026-12-03) delays the sends due
+    # during it, not the schedule.
+    assert min(late) >= -0.002
+    assert statistics.median(late) <= 0.04
+    assert max(late) <= 0.5
     assert result.duration_s >= wl.last_arrival_s
 
 
