@@ -14,20 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.cli_helpers import answers_or_one_line
+from tokenmill.hardware.catalog import known_gpu_names
+from tokenmill.spec.presets import PRESETS
 
-MODELS = (
-    "kimi-k3",
-    "deepseek-r1",
-    "llama-3.1-70b",
-    "llama-3.1-8b",
-    "qwen3-32b",
-    "qwen3-235b-a22b-fp8",
-    "gpt-oss-120b",
-    "minimax-m2.5",
-    "kimi-linear-48b-a3b",
-    "nemotron-3-nano-30b-a3b",
-)
-GPUS = ("b300", "b200", "gb200", "gb300", "h200", "h100", "mi355x")
+#: every bundled model and GPU, so a new preset or catalog entry is covered the day it is added
+MODELS = tuple(PRESETS)
+GPUS = tuple(known_gpu_names())
 
 #: layout keys and values, each also a ``--decode-layout``/``--compare`` KEY=V
 LAYOUT = {
