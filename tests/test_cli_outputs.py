@@ -98,3 +98,67 @@ def test_one_file_for_two_outputs_or_a_target_that_is_no_number_is_refused_first
     assert code == 2 and "--latency-figure" in err and "is also --figure" in err and not Path(same).exists()
     code, _, err = cli(capsys, *base, "--slo-ttft-ms", "nan")
     assert code == 2 and err.strip() == "error: --slo-ttft-ms must be a finite number > 0 (got nan)"
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_and_svg(png: Path, svg: Path) -> None:
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert "<svg" in svg.read_text()
+
+
+def test_every_figure_flag_draws_one_figure_into_each_file_it_names(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The docs keep each figure as PNG and SVG: one run writes both (``--figure a.png --figure
+    a.svg``) for plan, simulate and sweep as for predict and calibrate evaluate."""
+    f = {name: tmp_path / name for name in ("m.png", "m.svg", "s.png", "s.svg", "t.png", "t.svg")}
+    code, _, err = cli(
+        capsys,
+        "plan",
+        *("--figure", str(f["m.png"]), "--figure", str(f["m.svg"])),
+        *("--state-figure", str(f["s.png"]), "--state-figure", str(f["s.svg"])),
+    )
+    assert code == 0, err
+    _png_and_svg(f["m.png"], f["m.svg"])
+    _png_and_svg(f["s.png"], f["s.svg"])
+    code, _, err = cli(
+        capsys, "simulate", "--duration", "5", "--json", "--figure", str(f["t.png"]), "--figure", str(f["t.svg"])
+    )
+    assert code == 0, err
+    _png_and_svg(f["t.png"], f["t.svg"])
+    sweep = ["sweep", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--duration", "5", "--json"]
+    a, b, c, d = (tmp_path / n for n in ("a.png", "a.svg", "l.png", "l.svg"))
+    code, _, err = cli(
+        capsys,
+        *sweep,
+        *("--rates", "1", "--concurrencies", "1"),
+        *("--figure", str(a), "--figure", str(b), "--latency-figure", str(c), "--latency-figure", str(d)),
+    )
+    assert code == 0, err
+    _png_and_svg(a, b)
+    _png_and_svg(c, d)
+
+
+def test_a_figure_file_named_twice_or_by_two_flags_is_refused_before_anything_is_drawn(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    same = tmp_path / "p.png"
+    _refused(
+        capsys,
+        ["plan", "--figure", str(same), "--figure", str(same)],
+        f"--figure: {same} is named twice: name each file once",
+    )
+    _refused(
+        capsys,
+        ["plan", "--figure", str(tmp_path / "q.svg"), "--state-figure", str(same), "--figure", str(same)],
+        f"--state-figure: {same} is also --figure: write it to another file",
+    )
+    good = tmp_path / "ok.svg"
+    _refused(
+        capsys,
+        ["plan", "--figure", str(good), "--figure", str(tmp_path / "x.jpg")],
+        "--figure must end in .png or .svg (got 'x.jpg')",
+    )
+    assert not same.exists() and not good.exists()

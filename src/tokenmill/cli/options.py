@@ -58,9 +58,22 @@ def check_distinct_outputs(outputs: list[tuple[str, Path | None]], source: tuple
         if path is None:
             continue
         key = path.resolve()
+        if key in seen and seen[key] == flag:
+            raise TokenmillError(f"{flag}: {path} is named twice: name each file once")
         if key in seen:
             raise TokenmillError(f"{flag}: {path} is also {seen[key]}: write it to another file")
         seen[key] = flag
+
+
+def check_figures(flag: str, paths: list[Path] | None) -> list[Path]:
+    """The files of a repeatable figure flag (``--figure m.png --figure m.svg``: one run draws the
+    same figure as a picture and as a vector file), each checked as ``check_output`` checks one, and
+    none named twice."""
+    figures = list(paths or [])
+    for path in figures:
+        check_output(flag, path, FIGURE_SUFFIXES)
+    check_distinct_outputs([(flag, path) for path in figures])
+    return figures
 
 
 def _flag_bool(value: str) -> bool:

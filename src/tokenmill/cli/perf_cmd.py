@@ -13,13 +13,13 @@ import typer
 
 from tokenmill.cli.deployments import DECODE_LAYOUT_KEYS
 from tokenmill.cli.options import (
-    FIGURE_SUFFIXES,
     GpuOpt,
     GpusOpt,
     JsonOpt,
     ModelOpt,
     build_plan,
     check_distinct_outputs,
+    check_figures,
     check_output,
     parse_number_list,
     with_layout_options,
@@ -160,9 +160,7 @@ def predict(
     for level in levels:
         check_concurrency(level, "--concurrency")
     slo = _slo_target(slo_ttft_ms, slo_tpot_ms)
-    figures = figure or []
-    for path in figures:
-        check_output("--figure", path, FIGURE_SUFFIXES)
+    figures = check_figures("--figure", figure)
     flags = layout_flags or {}
     plan = build_plan(model, gpu, gpus, flags)
     base, base_changes, base_dgpus = base_deployment(
@@ -604,8 +602,7 @@ def evaluate(
     # every output checked before the replay, not found unwritable after it with some written
     check_output("--out", out)
     check_output("--accuracy-out", accuracy_out)
-    for path in figures:
-        check_output("--figure", path, FIGURE_SUFFIXES)
+    check_figures("--figure", figures)
     outputs = [("--out", out), ("--accuracy-out", accuracy_out), *(("--figure", f) for f in figures)]
     check_distinct_outputs(outputs, ("--measurements", measurements))
     if accuracy_out is not None and path_exists(accuracy_out):

@@ -9,13 +9,13 @@ from typing import Annotated, Any
 import typer
 
 from tokenmill.cli.options import (
-    FIGURE_SUFFIXES,
     GpuOpt,
     GpusOpt,
     JsonOpt,
     ModelOpt,
     apply_overrides,
-    check_output,
+    check_distinct_outputs,
+    check_figures,
     layout_from_flags,
     load_gpu_flag,
     with_layout_options,
@@ -112,9 +112,11 @@ def plan(
     explain: Annotated[bool, typer.Option("--explain", help="Print the chain of terms.")] = False,
     search: Annotated[bool, typer.Option("--search", help="Enumerate and rank layouts for the GPU count.")] = False,
     top: Annotated[int, typer.Option("--top", help="Layouts shown by --search.")] = 15,
-    figure: Annotated[Path | None, typer.Option("--figure", help="Memory bars (.png or .svg).")] = None,
+    figure: Annotated[
+        list[Path] | None, typer.Option("--figure", help="Memory bars (.png or .svg, repeatable).")
+    ] = None,
     state_figure: Annotated[
-        Path | None, typer.Option("--state-figure", help="State vs cache chart (.png or .svg).")
+        list[Path] | None, typer.Option("--state-figure", help="State vs cache chart (.png or .svg, repeatable).")
     ] = None,
     compare: Annotated[
         list[str] | None, typer.Option("--compare", help="Extra layout for the figure: 'dcp=8,pool-ratio=8.82'.")
@@ -129,8 +131,9 @@ def plan(
         raise TokenmillError(f"plan takes no argument but `ratio` (got {action!r})")
     if top < 1:  # a slice [:0] shows nothing and [:-1] all but the last: neither is what was asked
         raise TokenmillError(f"--top must be a positive integer (got {top})")
-    check_output("--figure", figure, FIGURE_SUFFIXES)
-    check_output("--state-figure", state_figure, FIGURE_SUFFIXES)
+    figures = check_figures("--figure", figure)
+    state_figures = check_figures("--state-figure", state_figure)
+    check_distinct_outputs([*(("--figure", p) for p in figures), *(("--state-figure", p) for p in state_figures)])
     flags = layout_flags or {}
     spec = load_model(model, flags.get("expert_format"))
     hw = load_gpu_flag(gpu)
@@ -146,14 +149,16 @@ def plan(
     for item in compare or []:
         other_layout, other_gpus = apply_overrides(layout, item, gpus)
         others.append(plan_memory(spec, hw, other_gpus, other_layout))
-    if figure is not None:
+    if figures:
         from tokenmill.report.memory_figures import memory_bars
 
-        memory_bars([result, *others], figure)
-    if state_figure is not None:
+        for path in figures:
+            memory_bars([result, *others], path)
+    if state_figures:
         from tokenmill.report.memory_figures import state_vs_cache
 
-        state_vs_cache(result, state_figure)
+        for path in state_figures:
+            state_vs_cache(result, path)
     if json_out:
         out = result.to_dict()
         if others:

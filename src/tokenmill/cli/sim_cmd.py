@@ -9,13 +9,13 @@ from typing import Annotated, Any
 import typer
 
 from tokenmill.cli.options import (
-    FIGURE_SUFFIXES,
     GpuOpt,
     GpusOpt,
     JsonOpt,
     ModelOpt,
     build_plan,
     check_distinct_outputs,
+    check_figures,
     check_output,
     compared_plans,
     parse_number_list,
@@ -169,7 +169,9 @@ def simulate(
     requests_out: Annotated[
         Path | None, typer.Option("--requests-out", help="Per-request rows (.csv/.parquet).")
     ] = None,
-    figure: Annotated[Path | None, typer.Option("--figure", help="Timeline figure (.png or .svg).")] = None,
+    figure: Annotated[
+        list[Path] | None, typer.Option("--figure", help="Timeline figure (.png or .svg, repeatable).")
+    ] = None,
     json_out: JsonOpt = False,
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
@@ -179,8 +181,8 @@ def simulate(
     from tokenmill.sim.summary import interference_loss, request_rows, simulation_summary, write_request_rows
 
     check_output("--requests-out", requests_out, (".csv", ".parquet"))
-    check_output("--figure", figure, FIGURE_SUFFIXES)
-    check_distinct_outputs([("--requests-out", requests_out), ("--figure", figure)])
+    figures = check_figures("--figure", figure)
+    check_distinct_outputs([("--requests-out", requests_out), *(("--figure", p) for p in figures)])
     plan = build_plan(model, gpu, gpus, layout_flags or {})
     if chunk_tokens <= 0:
         raise TokenmillError(f"--chunk-tokens must be positive (got {chunk_tokens})")
@@ -211,14 +213,15 @@ def simulate(
         runs.append((label, result, summary))
     if requests_out is not None:
         write_request_rows(request_rows(runs[0][1], slo), requests_out)
-    if figure is not None:
+    if figures:
         from tokenmill.report.sim_figures import timeline_figure
 
-        timeline_figure(
-            [(label, res) for label, res, _ in runs],
-            figure,
-            title=f"{plan.model.name} {plan.layout.describe()} on {gpus}×{plan.gpu.name}: {workload}",
-        )
+        for path in figures:
+            timeline_figure(
+                [(label, res) for label, res, _ in runs],
+                path,
+                title=f"{plan.model.name} {plan.layout.describe()} on {gpus}×{plan.gpu.name}: {workload}",
+            )
     if json_out:
         out: Any = runs[0][2] if len(runs) == 1 else {label: s for label, _, s in runs}
         print(json.dumps(out, indent=2, sort_keys=False))
@@ -272,9 +275,12 @@ def sweep(
     backend: BackendOpt = None,
     slo_ttft_ms: TtftOpt = 2000.0,
     slo_tpot_ms: TpotOpt = 25.0,
-    figure: Annotated[Path | None, typer.Option("--figure", help="Attainment against rate (.png/.svg).")] = None,
+    figure: Annotated[
+        list[Path] | None, typer.Option("--figure", help="Attainment against rate (.png/.svg, repeatable).")
+    ] = None,
     latency_figure: Annotated[
-        Path | None, typer.Option("--latency-figure", help="Latency against concurrency (.png/.svg).")
+        list[Path] | None,
+        typer.Option("--latency-figure", help="Latency against concurrency (.png/.svg, repeatable)."),
     ] = None,
     json_out: JsonOpt = False,
     layout_flags: dict[str, Any] | None = None,
@@ -287,9 +293,9 @@ def sweep(
     from tokenmill.sim.summary import simulation_summary
     from tokenmill.workload.sustained import find_sustained_rate
 
-    check_output("--figure", figure, FIGURE_SUFFIXES)
-    check_output("--latency-figure", latency_figure, FIGURE_SUFFIXES)
-    check_distinct_outputs([("--figure", figure), ("--latency-figure", latency_figure)])
+    figures = check_figures("--figure", figure)
+    latency_figures = check_figures("--latency-figure", latency_figure)
+    check_distinct_outputs([*(("--figure", p) for p in figures), *(("--latency-figure", p) for p in latency_figures)])
     base = build_plan(model, gpu, gpus, layout_flags or {})
     slo = _slo(slo_ttft_ms, slo_tpot_ms)
     perf, notes = _perf(gpu, backend)
@@ -362,14 +368,17 @@ def sweep(
                 progress.advance(task)
             entry["rates"].sort(key=lambda p: p["rate"])
             results["layouts"][name] = entry
-    if figure is not None:
+    title = f"{base.model.name} on {gpus}×{base.gpu.name}: {workload}"
+    if figures:
         from tokenmill.report.sim_figures import attainment_figure
 
-        attainment_figure(results, figure, target, title=f"{base.model.name} on {gpus}×{base.gpu.name}: {workload}")
-    if latency_figure is not None:
+        for path in figures:
+            attainment_figure(results, path, target, title=title)
+    if latency_figures:
         from tokenmill.report.sim_figures import latency_figure as draw
 
-        draw(results, latency_figure, title=f"{base.model.name} on {gpus}×{base.gpu.name}: {workload}")
+        for path in latency_figures:
+            draw(results, path, title=title)
     if json_out:
         print(json.dumps(results, indent=2))
         return

@@ -7,14 +7,13 @@ TTFT, ±12 % for TPOT), so how the errors spread, and for which engine, is visib
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokenmill.report.memory_figures import _check_suffix, _pyplot, save
+from tokenmill.report.memory_figures import _check_suffix, _pyplot, plain_log_labels, save
 
 ENGINE_COLORS = {"sglang": "#e15759", "vllm": "#4e79a7", "trtllm": "#59a14f"}
 TARGETS = {"ttft": 0.20, "tpot": 0.12}
@@ -26,21 +25,6 @@ class ScoredPoint(NamedTuple):
     meas_ttft_ms: float
     pred_tpot_ms: float
     meas_tpot_ms: float
-
-
-def _log_labels(ax: Any) -> None:
-    """Plain numbers on the log axes; on a range under two decades also 2× and 5× (matplotlib's
-    own minor labels collide there)."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
-        axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-        if lo > 0 and hi / lo < 100:
-            axis.set_minor_formatter(
-                FuncFormatter(lambda x, _: f"{x:g}" if round(x / 10 ** math.floor(math.log10(x))) in (2, 5) else "")
-            )
-        else:
-            axis.set_minor_formatter(NullFormatter())
 
 
 def _panel(
@@ -84,7 +68,7 @@ def _panel(
         ax.text(0.03, 0.97, text, transform=ax.transAxes, va="top", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _log_labels(ax)
+    plain_log_labels(ax)
     ax.set_xlabel(f"measured {unit}")
     ax.set_ylabel(f"predicted {unit}")
     ax.legend(fontsize=8, loc="lower right", markerscale=2)

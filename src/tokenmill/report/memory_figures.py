@@ -11,6 +11,7 @@ matplotlib is imported here only, so ``tokenmill plan`` without ``--figure`` sta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,22 @@ def save(fig: Any, path: Path) -> None:
     fig.savefig(path, dpi=130, metadata=metadata)
 
 
+def plain_log_labels(ax: Any) -> None:
+    """Plain numbers on the log axes (matplotlib's are TeX, ``10^{3}``, which ``_pyplot`` keeps from
+    being parsed so that user text prints as typed); on a range under two decades also 2× and 5×
+    (matplotlib's own minor labels collide there)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        if lo > 0 and hi / lo < 100:
+            axis.set_minor_formatter(
+                FuncFormatter(lambda x, _: f"{x:g}" if round(x / 10 ** math.floor(math.log10(x))) in (2, 5) else "")
+            )
+        else:
+            axis.set_minor_formatter(NullFormatter())
+
+
 def memory_bars(plans: Sequence[MemoryPlan], path: Path, title: str | None = None) -> Path:
     """Write the per-GPU memory bars of ``plans`` side by side."""
     _check_suffix(path)
@@ -126,8 +143,8 @@ def memory_bars(plans: Sequence[MemoryPlan], path: Path, title: str | None = Non
         tops.append(max(bottom, visible_here) + 30)
         labels.append(f"{p.layout.describe()}\n{p.gpus}×{p.gpu.name.upper()}")
     visible = max(p.gpu.memory_visible_bytes for p in plans) / GiB
-    ax.axhline(visible, color="black", linestyle="--", linewidth=1)
-    ax.text(len(plans) - 0.45, visible - 2, f"visible {visible:.1f} GiB", va="top", ha="right", fontsize=8)
+    # named in the legend, not beside the line, where it would cross a bar's labels
+    ax.axhline(visible, color="black", linestyle="--", linewidth=1, label=f"visible memory: {visible:.1f} GiB")
     ax.set_xticks(range(len(plans)), labels, fontsize=8)
     ax.set_ylabel("GiB per GPU (1 GiB = 1024³ B)")
     ax.set_title(title or f"{plans[0].model.name}: memory per GPU by layout")
@@ -188,6 +205,7 @@ def state_vs_cache(plan: MemoryPlan, path: Path, marks: Sequence[int] = (8500, 1
     ax.set_xlabel("request length (tokens, log scale)")
     ax.set_ylabel("MiB per GPU (log scale)")
     ax.grid(True, which="major", alpha=0.3)
+    plain_log_labels(ax)
     ax.set_title(f"{plan.model.name}, {plan.layout.describe()}: state vs cache per request")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
