@@ -8,7 +8,7 @@ import pytest
 
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import BatchShape, CostModel, DecodeWork, PerfParams, PrefillWork
-from tokenmill.perf.replay import PipelinedCost
+from tokenmill.perf.pipelined import PipelinedCost
 from tokenmill.perf.roofline import STEP_KEYS, Features, _peak, combine
 from tokenmill.plan import KVDtype, Layout, Speculation
 from tokenmill.plan.cache_sizes import cache_sizes

@@ -12,20 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenmill.hardware import load_gpu
-from tokenmill.perf import CostModel, PerfParams, replay
+from tokenmill.perf import CostModel, PerfParams, replay, stride_executor
 from tokenmill.perf.batch import BatchShape
 from tokenmill.perf.calibrated import load_table
 from tokenmill.perf.forked import Forked, can_fork
-from tokenmill.perf.replay import (
-    PARALLEL_LANES,
-    _closed_loop,
-    engine_policy,
-    replay_aggregated,
-    replay_disaggregated,
-    transfer_bytes,
-    worth_forking,
-)
+from tokenmill.perf.replay import PARALLEL_LANES, closed_loop, engine_policy, replay_aggregated, worth_forking
+from tokenmill.perf.replay_disaggregated import replay_disaggregated
 from tokenmill.perf.roofline import Features, combine, total_seconds
+from tokenmill.perf.stride_executor import StrideExecutor
 from tokenmill.plan import Layout, plan_memory
 from tokenmill.sim import SimOptions, simulate
 from tokenmill.spec import load_model
@@ -41,7 +35,7 @@ def test_stride_one_replay_is_the_simulator_step_for_step() -> None:
     lanes, isl, osl = 6, 3000, 40
     policy = engine_policy("sglang", H100, PLAN.layout)
     cost = CostModel(LLAMA8, H100, PLAN.layout, PARAMS)
-    reqs, first_wave = _closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stride=1, stagger=False)[:2]
+    reqs, first_wave = closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stride=1, stagger=False)[:2]
     wl = random_requests(isl, osl, len(reqs), concurrency=lanes, seed=0)
     sim = simulate(PLAN, wl, SimOptions(chunk_tokens=policy.chunk_tokens, perf=PARAMS))
     ours = sorted((r.send_s, r.req.first_token_s, r.req.finish_s) for r in reqs)
@@ -99,67 +93,6 @@ def test_a_prefill_bound_mixed_engine_serves_as_many_requests_at_32_lanes_as_at_
     assert at32.requests_per_s >= 0.97 * at16.requests_per_s, (at16.requests_per_s, at32.requests_per_s)
 
 
-def test_disaggregated_transfer_and_decode() -> None:
-    assert transfer_bytes(PLAN, 1000) == 1000 * 32 * 2 * 8 * 128 * 2
-    res = replay_disaggregated(PLAN, PLAN, 1, 1, "sglang", 2048, 256, 8, PARAMS, record=True)
-    agg = replay_aggregated(PLAN, "sglang", 2048, 256, 8, PARAMS)
-    assert res.tpot_s < agg.tpot_s  # the decode worker never stops for a prompt
-    assert res.ttft_s > 0 and res.recorded is not None
-    assert any("KV hand-over" in n for n in res.notes)
-
-
-def test_pipelined_stage_carries_its_share_of_the_layers() -> None:
-    """A step of a chunk-pipelined PP worker occupies one stage: 20 of Llama-3.1-70B's 80 layers
-    at PP 4 (a quarter of every compute and memory demand), one hop instead of three, and the same
-    engine step, sampled tokens and GEMM rows."""
-    from tokenmill.perf.batch import BatchShape, PrefillWork
-    from tokenmill.perf.replay import PipelinedCost
-
-    m = load_model("llama-3.1-70b")
-    lay = Layout(tp=1, pp=4)
-    shape = BatchShape(prefill=(PrefillWork(4000, 0, True),))
-    seq = CostModel(m, H100, lay, PARAMS).features(shape)
-    pipe = PipelinedCost(m, H100, lay, PARAMS).features(shape)
-    assert pipe.dense_flop8_s + pipe.dense_flop_s == pytest.approx((seq.dense_flop8_s + seq.dense_flop_s) / 4)
-    assert pipe.pre_attn_flop_s == pytest.approx(seq.pre_attn_flop_s / 4)
-    assert pipe.prefill_layers == 20 and seq.prefill_layers == 80
-    assert (pipe.pp_count + pipe.pp_net_count, seq.pp_count + seq.pp_net_count) == (1, 3)
-    assert (pipe.steps, pipe.sampled, pipe.gemm_rows) == (seq.steps, seq.sampled, seq.gemm_rows)
-
-
-@pytest.mark.parametrize(("concurrency", "osl", "decode_workers"), [(256, 512, 4), (512, 256, 8), (64, 256, 8)])
-def test_disaggregated_point_is_a_fixed_point(concurrency: int, osl: int, decode_workers: int) -> None:
-    """A decode worker holds its share of the lanes for the part of their cycle they decode
-    (Little's law): batch = C / workers × D / (D + TTFT), D = (OSL − 1) × TPOT, with the TPOT and
-    TTFT the point reports. With the prefill worker saturated (8,000-token prompts, 0.25 s each
-    on one H100, for 256 or 512 lanes) the decode batch depends on the TTFT and the TTFT on the
-    decode time, so two passes of the replay stopped short of the point: the batch came out 1.46
-    and 1.31 × Little's (first two cases). With 64 lanes over 8 decode workers the batch is under
-    one request, priced as one, and every scheme agrees."""
-    res = replay_disaggregated(PLAN, PLAN, 1, decode_workers, "sglang", 8000, osl, concurrency, PARAMS)
-    decode_s = (osl - 1) * res.tpot_s
-    little = concurrency / decode_workers * decode_s / (decode_s + res.ttft_s)
-    assert res.decode_batch == pytest.approx(little, rel=0.02)
-
-
-def test_pipelined_prefill_worker_doubles_throughput_not_latency() -> None:
-    """Llama-3.1-8B prefill on 2 H100 as PP 2 against 1 H100: with prompts queued, two are in
-    flight at once (twice the requests per second); one prompt alone crosses both stages in turn,
-    as long as on one GPU (the two first tokens differ only by the hand-over, spread over 2 GPUs'
-    links: 2,000 tokens × 128 KiB = 262.1 MB at 70 % of 50 GB/s, 7.5 ms against 3.7 ms)."""
-    decode = plan_memory(LLAMA8, H100, 1, Layout(tp=1))
-    pp2 = plan_memory(LLAMA8, H100, 2, Layout(tp=1, pp=2))
-    busy_one = replay_disaggregated(PLAN, decode, 1, 8, "sglang", 8000, 16, 64, PARAMS)
-    busy_pp2 = replay_disaggregated(pp2, decode, 1, 8, "sglang", 8000, 16, 64, PARAMS)
-    assert busy_pp2.e2e_s < busy_one.e2e_s
-    assert (64 / busy_pp2.e2e_s) / (64 / busy_one.e2e_s) == pytest.approx(2.0, rel=0.05)
-    alone_one = replay_disaggregated(PLAN, decode, 1, 1, "sglang", 2000, 16, 1, PARAMS)
-    alone_pp2 = replay_disaggregated(pp2, decode, 1, 1, "sglang", 2000, 16, 1, PARAMS)
-    hand_over_gain = 262.144e6 / (50e9 * 0.7) / 2
-    assert alone_pp2.ttft_s == pytest.approx(alone_one.ttft_s - hand_over_gain, rel=0.01)
-    assert any("pipelined over 2 stages" in n for n in alone_pp2.notes)
-
-
 def _same_figures(a: object, b: object) -> None:
     assert (a.ttft_s, a.tpot_s, a.e2e_s) == (b.ttft_s, b.tpot_s, b.e2e_s)  # type: ignore[attr-defined]
     assert (a.decode_batch, a.decode_context) == (b.decode_batch, b.decode_context)  # type: ignore[attr-defined]
@@ -201,7 +134,7 @@ class _Forgetful(dict):  # type: ignore[type-arg]
 
 
 def _forgetful_init(init: Callable[..., None]) -> Callable[..., None]:
-    def forgetful(self: replay._StrideExecutor, *args: object) -> None:
+    def forgetful(self: StrideExecutor, *args: object) -> None:
         init(self, *args)
         self._steps = _Forgetful()
 
@@ -221,10 +154,10 @@ def _replay_counting(monkeypatch: pytest.MonkeyPatch, plan: object, backend: str
         return features(self, shape)
 
     monkeypatch.setattr(CostModel, "features", counted)
-    init = replay._StrideExecutor.__init__
-    monkeypatch.setattr(replay._StrideExecutor, "__init__", _forgetful_init(init) if forget else init)
+    init = StrideExecutor.__init__
+    monkeypatch.setattr(StrideExecutor, "__init__", _forgetful_init(init) if forget else init)
     res = replay_aggregated(plan, backend, 3000, 100, lanes, PARAMS, record=True)  # type: ignore[arg-type]
-    monkeypatch.setattr(replay._StrideExecutor, "__init__", init)
+    monkeypatch.setattr(StrideExecutor, "__init__", init)
     monkeypatch.setattr(CostModel, "features", features)
     return res, calls
 
@@ -239,16 +172,16 @@ def test_steps_are_costed_once_per_distinct_shape(monkeypatch: pytest.MonkeyPatc
     assert 0 < kept["decodes"] < every["decodes"] / 2, (kept, every)
     _same_figures(memo, fresh)
     # a replay keeps at most STEPS_KEPT of them, and its figures do not depend on it
-    monkeypatch.setattr(replay, "STEPS_KEPT", 1)
+    monkeypatch.setattr(stride_executor, "STEPS_KEPT", 1)
     sizes: list[int] = []
-    run = replay._StrideExecutor.execute
+    run = StrideExecutor.execute
 
-    def watched(self: replay._StrideExecutor, batch: object) -> object:
+    def watched(self: StrideExecutor, batch: object) -> object:
         out = run(self, batch)  # type: ignore[arg-type]
         sizes.append(len(self._steps))
         return out
 
-    monkeypatch.setattr(replay._StrideExecutor, "execute", watched)
+    monkeypatch.setattr(StrideExecutor, "execute", watched)
     capped = replay_aggregated(PLAN, "sglang", 3000, 100, 8, PARAMS, record=True)
     assert max(sizes) == 1
     _same_figures(capped, fresh)
@@ -270,7 +203,7 @@ def test_the_memo_of_steps_changes_no_figure(
     memo, kept = _replay_counting(monkeypatch, plan, backend, lanes, forget=False)
     fresh, every = _replay_counting(monkeypatch, plan, backend, lanes, forget=True)
     if not keyed:
-        assert lanes > replay.KEYED_DECODES
+        assert lanes > stride_executor.KEYED_DECODES
         assert kept["decodes"] == every["decodes"] > 0, (kept, every)
     else:
         assert 0 < kept["decodes"] < every["decodes"], (kept, every)
@@ -295,13 +228,13 @@ def test_the_memo_of_steps_is_invisible_to_any_replay(
         plan = plan_memory(load_model("gpt-oss-120b"), H100, 1, Layout(tp=1))
     else:
         plan = plan_memory(LLAMA8, H100, 1, Layout(tp=1, mem_fraction_static=0.25 if "tight" in which else 0.85))
-    init = replay._StrideExecutor.__init__
+    init = StrideExecutor.__init__
     memo = replay_aggregated(plan, backend, isl, osl, lanes, PARAMS, record=True)
-    monkeypatch.setattr(replay._StrideExecutor, "__init__", _forgetful_init(init))
+    monkeypatch.setattr(StrideExecutor, "__init__", _forgetful_init(init))
     try:
         fresh = replay_aggregated(plan, backend, isl, osl, lanes, PARAMS, record=True)
     finally:
-        monkeypatch.setattr(replay._StrideExecutor, "__init__", init)
+        monkeypatch.setattr(StrideExecutor, "__init__", init)
     _same_figures(memo, fresh)
 
 
@@ -328,7 +261,7 @@ def test_trtllm_admits_only_requests_whose_whole_output_fits() -> None:
     peaks = {}
     for backend in ("trtllm", "vllm"):
         policy = engine_policy(backend, H100, PLAN.layout)
-        reqs = _closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stagger=False).reqs
+        reqs = closed_loop(PLAN, cost, PARAMS, policy, isl, osl, lanes, stagger=False).reqs
         peaks[backend] = _peak_running(reqs)
     assert peaks == {"trtllm": 31, "vllm": 64}
 
@@ -482,47 +415,3 @@ def test_ttft_split_adds_up_and_the_regimes_weigh_by_the_burst_share(backend: st
     reg = res.ttft_regimes
     assert res.ttft_s == pytest.approx(0.3 * reg["lock_step"] + 0.7 * reg["drifted"], rel=1e-12)
     assert reg["lock_step"] > reg["drifted"]  # 24 prompts at once wait behind each other
-
-
-def test_disaggregated_ttft_split_names_the_hand_over() -> None:
-    params = PerfParams(first_token_steps=1.5)
-    res = replay_disaggregated(PLAN, PLAN, 1, 1, "sglang", 2048, 256, 8, params)
-    assert list(res.ttft_split) == ["front_end", "step_lag", "queued", "prefill", "kv_transfer"]
-    assert sum(res.ttft_split.values()) == pytest.approx(res.ttft_s, rel=1e-12)
-    assert res.ttft_split["front_end"] == pytest.approx(params.request_latency_s)
-    assert res.ttft_split["step_lag"] == pytest.approx(1.5 * res.tpot_s, rel=1e-12)  # the decode worker's step
-    # the hand-over: its fixed latency plus the bytes over the NIC (an H100 node is its own NVLink domain)
-    nic = H100.nic_bandwidth_bytes_per_s * params.network_bandwidth_efficiency
-    expected = params.kv_transfer_latency_s + transfer_bytes(PLAN, 2048) / nic
-    assert res.ttft_split["kv_transfer"] == pytest.approx(expected, rel=1e-9)
-
-
-def test_a_decode_worker_holds_what_its_pools_hold_at_the_mean_length() -> None:
-    """A disaggregated decode worker's requests spread over ISL..ISL+OSL tokens: with 100k-token
-    prompts and 20k-token answers (mean 110k) one H100's KV pool holds a handful, fewer than its
-    running cap; with short requests the running cap binds."""
-    plan = plan_memory(load_model("llama-3.1-8b"), load_gpu("h100"), 1, Layout(tp=1))
-    n = replay.decode_capacity(plan, 100_000, 20_000)
-    assert 1 <= n < plan.max_running_requests
-    assert n * 110_000 <= plan.max_total_tokens < (n + 1) * 110_000
-    assert replay.decode_capacity(plan, 100, 100) == plan.max_running_requests
-
-
-@pytest.mark.parametrize("cap", [None, 4])
-def test_recorded_disaggregated_weights_reproduce_the_means(cap: int | None) -> None:
-    """A recorded disaggregated point gives back its TTFT (plus the step lag) and TPOT from the
-    recorded rows, whether the prefill workers bind or, with a decode worker that holds 4
-    requests, the decode workers do (then the TTFT is 16 lanes / 4 − 1 decode times)."""
-    decode = plan_memory(load_model("llama-3.1-8b"), H100, 1, Layout(tp=1, max_running_requests=cap))
-    res = replay_disaggregated(PLAN, decode, 2, 1, "sglang", 2000, 200, 16, PARAMS, record=True)
-    rec = res.recorded
-    assert rec is not None
-    bound = "decode_slot" in res.ttft_split
-    assert bound == (cap is not None)
-    t = total_seconds(combine(Features(*rec.features.T), PARAMS, np.maximum)) * rec.mix(PARAMS.burst_share)
-    tpot = float(rec.tpot_w @ t)
-    assert tpot == pytest.approx(res.tpot_s, rel=1e-9)
-    assert float(rec.ttft_w @ t) + PARAMS.first_token_steps * tpot == pytest.approx(res.ttft_s, rel=1e-9)
-    if bound:
-        assert res.decode_batch == 4
-        assert res.ttft_s - PARAMS.first_token_steps * tpot == pytest.approx((16 / 4 - 1) * 199 * tpot, rel=1e-9)

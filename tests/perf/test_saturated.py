@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tokenmill.cli import app
 from tokenmill.cli.options import load_gpu_flag
 from tokenmill.perf.calibrated import load_table
-from tokenmill.perf.replay import LARGE_WORKER, _closed_loop, engine_policy, replay_aggregated
+from tokenmill.perf.replay import LARGE_WORKER, closed_loop, engine_policy, replay_aggregated
 from tokenmill.perf.roofline import CostModel
 from tokenmill.perf.saturated import AGREE, WaveMeans, extrapolate, shorter_lanes, staggered_tpot
 from tokenmill.plan import Layout, plan_memory
@@ -120,8 +120,8 @@ def test_a_replay_stopped_after_its_first_requests_gives_their_times_to_the_bit(
     replay's start: the times of those requests are equal."""
     cost = CostModel(LLAMA_8B.model, LLAMA_8B.gpu, LLAMA_8B.layout, PARAMS)
     policy = engine_policy("sglang", LLAMA_8B.gpu, LLAMA_8B.layout)
-    full = _closed_loop(LLAMA_8B, cost, PARAMS, policy, 131072, 256, 64)
-    start = _closed_loop(LLAMA_8B, cost, PARAMS, policy, 131072, 256, 64, head=5)
+    full = closed_loop(LLAMA_8B, cost, PARAMS, policy, 131072, 256, 64)
+    start = closed_loop(LLAMA_8B, cost, PARAMS, policy, 131072, 256, 64, head=5)
     times = [(r.req.admitted_s, r.req.first_token_s, r.req.finish_s) for r in full.reqs[:5]]
     assert [(r.req.admitted_s, r.req.first_token_s, r.req.finish_s) for r in start.reqs[:5]] == times
     assert all(t is not None for t in times[-1])
@@ -184,13 +184,13 @@ def replays_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
     from tokenmill.perf import replay
 
     ran: list[tuple[int, bool]] = []
-    loop = replay._closed_loop
+    loop = replay.closed_loop
 
     def counted(*args: object, **kwargs: object) -> object:
         ran.append((int(args[6]), bool(kwargs.get("stagger"))))  # type: ignore[call-overload]
         return loop(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(replay, "_closed_loop", counted)
+    monkeypatch.setattr(replay, "closed_loop", counted)
     return ran
 
 

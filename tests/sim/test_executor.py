@@ -6,7 +6,7 @@ import pytest
 
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import CostModel, PerfParams
-from tokenmill.perf.replay import replay_disaggregated
+from tokenmill.perf.replay_disaggregated import replay_disaggregated
 from tokenmill.plan import Layout, plan_memory
 from tokenmill.sim import SimOptions, executor, simulate
 from tokenmill.spec import load_model

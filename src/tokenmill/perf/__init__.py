@@ -3,6 +3,8 @@ TTFT/TPOT of a deployment, with constants calibrated on measured serving results
 
 - ``CostModel`` (``roofline.py``): resource demands of a step and their time under ``PerfParams``.
 - ``replay.py``: a fixed-length closed-loop benchmark point replayed through the serving core.
+  ``stride_executor.py`` executes its steps; ``replay_disaggregated.py`` (with ``pipelined.py``)
+  replays a disaggregated point; ``saturated.py`` stands in for lanes that only queue.
 - ``calibrated``: the fitted constants shipped as data (``params_for(gpu, engine)``).
 - ``measurements.py`` / ``calibrate.py``: measured rows, predictions, scores and the fit.
 

@@ -48,7 +48,8 @@ from tokenmill.perf.params import (
     PerfParams,
 )
 from tokenmill.perf.recorded import Recorded
-from tokenmill.perf.replay import replay_aggregated, replay_disaggregated
+from tokenmill.perf.replay import replay_aggregated
+from tokenmill.perf.replay_disaggregated import replay_disaggregated
 from tokenmill.perf.roofline import Features, combine, total_seconds
 from tokenmill.plan.layout import Layout
 from tokenmill.plan.memory_plan import MemoryPlan, plan_memory

@@ -32,15 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenmill.errors import TokenmillError
+from tokenmill.perf.batch import BatchShape, DecodeWork
 from tokenmill.perf.params import PerfParams
-from tokenmill.perf.replay import (
-    ReplayResult,
-    check_concurrency,
-    decode_breakdown,
-    decode_capacity,
-    replay_aggregated,
-    replay_disaggregated,
-)
+from tokenmill.perf.replay import ReplayResult, check_concurrency, replay_aggregated
+from tokenmill.perf.replay_disaggregated import decode_capacity, replay_disaggregated
+from tokenmill.perf.roofline import CostModel
 from tokenmill.plan.memory_plan import MemoryPlan, layout_dict
 
 DSPARK_ACCEPT_LENGTH = 2.7  # seed §2.3: what the server reported on agent requests at temperature 1.0
@@ -307,3 +303,12 @@ def predict_disaggregated(
         "decode_capacity_per_worker": decode_capacity(decode_plan, isl, osl),  # requests it holds at once
     }
     return pred
+
+
+def decode_breakdown(plan: MemoryPlan, params: PerfParams, batch: float, context: float) -> dict[str, Any]:
+    """Seconds by component of one decode step of ``batch`` requests at ``context`` tokens."""
+    cost = CostModel(plan.model, plan.gpu, plan.layout, params)
+    b = max(1, round(batch))
+    tokens = plan.layout.speculative.num_draft_tokens if plan.layout.speculative.enabled else 1
+    step = cost.step_time(BatchShape(decode=(DecodeWork(int(context), tokens),) * b))
+    return {"batch": b, "context": int(context), "seconds": step.seconds, "breakdown": step.breakdown}

@@ -48,7 +48,7 @@ What the demands count (per step, busiest GPU):
 - **dcp_exchange**: DCP adds an all-gather of the queries and an all-to-all of the partial
   outputs per MLA layer of a decode step.
 - **pipeline**: a pipeline-parallel worker runs its stages one after the other for a batch (no
-  micro-batch overlap is modelled here; ``replay.PipelinedCost`` pipelines a disaggregated
+  micro-batch overlap is modelled here; ``pipelined.PipelinedCost`` pipelines a disaggregated
   prefill worker's chunks) and adds a point-to-point hop between stages.
 - **drafter**: the DSPARK drafter (one pass proposing the block) or MTP layers (one pass per
   draft token), one pass over a step's prompt tokens (the drafter's own cache of the prompt),

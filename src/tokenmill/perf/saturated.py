@@ -14,7 +14,7 @@ that the server works through in order). The means are then affine in C and two 
 C₁ and C₂ = 2 C₁ lanes give them at any C. TPOT does not grow with the queue: the steady waves'
 is C₂'s, and a first wave of equal lengths differs from it only by its first batches, a share
 1/C of its requests (A + B/C through C₁ and C₂). Where the replay staggers the first wave's
-lengths (lane i of C asks for ⌈OSL·(i + 1)/C⌉ tokens, ``replay._closed_loop``) its mean is over
+lengths (lane i of C asks for ⌈OSL·(i + 1)/C⌉ tokens, ``replay.closed_loop``) its mean is over
 C's lengths, which the shorter replays do not all have: the seconds from first token to last of
 a request of n tokens are interpolated between the lengths the two replays measured (piecewise
 linear: its share of the steps it decodes in), and below the shortest of them, where a request
@@ -22,7 +22,7 @@ may end before the next prompt's chunks are through and the time is not linear i
 from the point's own replay stopped once its first few lanes have finished (``head``: about
 C / C₂ requests and those beside them, the full replay's start to the bit).
 
-The replays at C₁ and C₂ must be saturated (``replay._Loop.saturated``: the queue non-empty at
+The replays at C₁ and C₂ must be saturated (``replay.ClosedLoop.saturated``: the queue non-empty at
 every step until the last measured request was sent) and C₁ at least ``DEPTH`` × the requests
 the server ran at once, from which the staggered first wave's lengths are fine enough that its
 transient washes out the same way at C₁, C₂ and C; their steady TPOTs must agree, and C₁'s

@@ -5,7 +5,7 @@ lists, events), and the cyclic collector, run every few hundred allocations, res
 request each time: a third of a 4,096-lane replay's time. Reference counting frees those objects
 all the same; the collector runs again, as before, once the simulation returns. Resumed while
 the simulation's objects are still alive, its next passes scan them all (~50 ms after a
-4,096-lane replay): a caller that only reduces the result (``perf.replay._replay_regimes``) keeps the
+4,096-lane replay): a caller that only reduces the result (``perf.replay.replay_regimes``) keeps the
 pause until they are freed. Pauses nest: an inner one leaves the collector as it found it.
 """
 

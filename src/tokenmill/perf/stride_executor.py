@@ -1,0 +1,130 @@
+"""Executing a replay's steps on the cost model: each step once per distinct shape, a pure decode
+step as k real ones.
+
+Why apart from ``perf.replay``: the replay drives the serving core in closed loop; this is the
+executor the core calls for each batch (``sim.executor.SimExecutor``'s role in a simulation),
+with what makes a replay of thousands of lanes fast: macro steps of k decode tokens (the module
+doc of ``perf.replay``, "The short replay") and a cache of the steps that recur. ``StepLog`` is
+what it records for calibration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tokenmill.core.batch import ScheduledBatch, StepResult
+from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
+from tokenmill.perf.params import PerfParams
+from tokenmill.perf.roofline import STEP_KEYS, CostModel, Features, combine
+
+__all__ = ["KEYED_DECODES", "STEPS_KEPT", "StepLog", "StrideExecutor", "step_seconds"]
+
+STEPS_KEPT = 4096  # distinct steps whose cost a replay keeps (~2 KB each; StrideExecutor)
+KEYED_DECODES = 16  # decoding requests listed one by one in a step that is still looked up
+#: a step's shape: its prompt chunks (new tokens, context, last), its listed decoding requests'
+#: contexts, its decode cohort (count, context sum)
+_StepKey = tuple[tuple[tuple[int, int, bool], ...], tuple[int, ...], tuple[int, int] | None]
+
+
+def step_seconds(f: Features, p: PerfParams) -> float:
+    """Seconds of a step with demands ``f``: the step components of the cost model's combination."""
+    parts = combine(f, p)
+    return float(sum(parts[k] for k in STEP_KEYS))
+
+
+@dataclass
+class StepLog:
+    """What calibration needs from a replay: demands of every (sub-)step and its weights."""
+
+    features: list[Features] = field(default_factory=list)
+    mult: list[float] = field(default_factory=list)
+    step: list[int] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+
+    def add_step(self, start: float, end: float, subs: list[tuple[Features, float]]) -> None:
+        i = len(self.starts)
+        self.starts.append(start)
+        self.ends.append(end)
+        for f, m in subs:
+            self.features.append(f)
+            self.mult.append(m)
+            self.step.append(i)
+
+
+class StrideExecutor:
+    """Executes a batch as one step, or a pure decode batch as k real steps (see module doc).
+
+    Steps recur: a step of prompt chunks alone (SGLang's prefill steps) comes back with the same
+    chunks wave after wave, and a decode step with the same batch at the same contexts (lanes in
+    lock step repeat their waves' steps exactly, and drifted lanes come back to the same
+    contexts: 49 and 1,002 distinct decode steps of 12,544 and 10,042 for Kimi-K3's 131,072-token
+    prompts at 512 lanes). So a step's demands and seconds are computed once per distinct shape
+    (``_steps``, keyed by its chunks, its decoding requests' contexts and the cohort's count and
+    context sum): the same figures, without costing 8 chunks of each of a thousand 128k-token
+    prompts, or the same decode batch, again and again. Steps with more than
+    ``KEYED_DECODES`` decoding requests listed one by one (sliding-window models, whose cohort
+    is listed; a batch outside a cohort) are not keyed: hashing their contexts costs about what
+    costing them does."""
+
+    def __init__(self, cost: CostModel, params: PerfParams, log: StepLog | None) -> None:
+        self.cost = cost
+        self.params = params
+        self.log = log
+        self.now = 0.0
+        self.decode_steps = 0.0
+        self.decode_batch_sum = 0.0
+        self.decode_ctx_sum = 0.0
+        self._steps: dict[_StepKey, tuple[Features, float]] = {}
+
+    def execute(self, batch: ScheduledBatch) -> StepResult:
+        tokens: dict[str, list[int]] = {}
+        for p in batch.prefill:
+            if p.last:
+                tokens[p.request.rid] = [0]
+        cohort = batch.cohort
+        decoding = bool(batch.decode) or cohort is not None
+        if batch.prefill or not decoding:
+            k, mid = 1, 0
+        else:
+            widths = [d.tokens for d in batch.decode]
+            if cohort is not None:
+                widths.append(cohort.tokens)
+            k = min(widths)
+            mid = (k - 1) // 2
+        contexts = [d.context + mid for d in batch.decode]
+        context_sum = sum([d.context for d in batch.decode])
+        summed = None  # (count, context sum) of the cohort, where a sum describes it
+        if cohort is not None:
+            context_sum += cohort.context_sum
+            if self.cost.linear_in_context:
+                summed = (cohort.count, cohort.context_sum + mid * cohort.count)
+            else:
+                contexts += [c + mid for c in cohort.contexts()]
+        chunks = tuple([(p.length, p.start, p.last) for p in batch.prefill])
+        # plain tuples of ints: hashed in C, and the cost model's objects built only for a new shape
+        key = (chunks, tuple(contexts), summed) if len(contexts) <= KEYED_DECODES else None
+        known = self._steps.get(key) if key is not None else None
+        if known is None:
+            shape = BatchShape(
+                prefill=tuple([PrefillWork(*c) for c in chunks]),
+                decode=tuple([DecodeWork(c, 1) for c in contexts]),
+                decode_sum=DecodeSum(*summed) if summed is not None else None,
+            )
+            f = self.cost.features(shape)
+            seconds = step_seconds(f, self.params)
+            if key is not None and len(self._steps) < STEPS_KEPT:
+                self._steps[key] = (f, seconds)
+        else:
+            f, seconds = known
+        step = k * seconds
+        produced = [0] * k  # one list for every request: the scheduler only reads it
+        tokens.update((d.request.rid, produced) for d in batch.decode)
+        if self.log is not None:
+            self.log.add_step(self.now, self.now + step, [(f, float(k))])
+        if not batch.prefill and decoding:
+            n = batch.num_decode
+            self.decode_steps += k
+            self.decode_batch_sum += k * n
+            self.decode_ctx_sum += k * context_sum / n
+        return StepResult(step, tokens, cohort_tokens=k if cohort is not None else 0)
