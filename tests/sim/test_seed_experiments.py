@@ -14,6 +14,7 @@ import contextlib
 import csv
 import io
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +54,8 @@ def closed_loop() -> dict[int, dict[str, float]]:
 
 @pytest.fixture(scope="module")
 def interference() -> dict[int, float]:
-    d = _json(
-        "simulate",
-        "--pool-ratio",
-        "1.1",
-        "--workload",
-        "interference",
-        "--probe-tokens",
-        "8400",
-        "--probe-tokens",
-        "2000",
-    )
+    # docs/simulate.md's command
+    d = _json(*shlex.split("simulate --pool-ratio 1.1 --workload interference --probe-tokens 8400 --probe-tokens 2000"))
     return {s["probe_tokens"]: s["stream_output_loss"] for s in d.values()}
 
 
