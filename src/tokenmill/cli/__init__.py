@@ -32,13 +32,11 @@ def _register() -> None:
     app.command("models")(catalog_cmd.models)
     app.command("gpus")(catalog_cmd.gpus)
 
-    from tokenmill.cli import perf_cmd
+    from tokenmill.cli import calibrate_cmd, local_cmd, predict_cmd
 
-    app.command("predict")(perf_cmd.predict)
-    from tokenmill.cli import local_cmd
-
-    perf_cmd.calibrate_app.command("local")(local_cmd.local)
-    app.add_typer(perf_cmd.calibrate_app, name="calibrate")
+    app.command("predict")(predict_cmd.predict)
+    calibrate_cmd.calibrate_app.command("local")(local_cmd.local)
+    app.add_typer(calibrate_cmd.calibrate_app, name="calibrate")
     app.command("bench")(bench_cmd.bench)
 
     from tokenmill.cli import runtime_cmd

@@ -1,11 +1,10 @@
-"""``tokenmill predict`` and ``tokenmill calibrate fit|evaluate``: the performance model's commands."""
+"""``tokenmill predict``: TTFT, TPOT and throughput per GPU of a deployment at a closed-loop
+benchmark point, or a curve of them, from the calibrated performance model."""
 
-import csv
 import json
 import math
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,33 +17,17 @@ from tokenmill.cli.options import (
     JsonOpt,
     ModelOpt,
     build_plan,
-    check_distinct_outputs,
     check_figures,
-    check_output,
     parse_number_list,
     with_layout_options,
 )
+from tokenmill.cli.terminal_progress import progress, working
 from tokenmill.errors import TokenmillError
-from tokenmill.paths import path_exists
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Engine whose constants to use: sglang|vllm|trtllm.")]
 ParamsOpt = Annotated[
     Path | None, typer.Option("--params", help="Fitted constants (default: the shipped params.json).")
 ]
-MeasOpt = Annotated[Path, typer.Option("--measurements", help="Measurements CSV (serving_measurements.csv format).")]
-ModelsDirOpt = Annotated[Path, typer.Option("--models-dir", help="Folder of <org>--<name>_config.json files.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", help="Worker processes (results do not depend on it).")]
-
-calibrate_app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    help="Fit the performance model's constants to measurements, or score them.",
-)
-
-
-#: PRED.csv's columns beyond the issue's three: where the predicted TTFT goes (``evaluate``).
-PRED_EXTRA_COLUMNS = ("predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
 
 
 def _check_backend(backend: str) -> str:
@@ -217,13 +200,13 @@ def predict(
         spin = f"replaying {levels[0]:,} lanes"
 
         def spinner() -> AbstractContextManager[None]:  # started inside, after the replay forks (perf.forked)
-            return _working(spin, json_out)
+            return working(spin, json_out)
 
         curves = [(base.name, [point(base, accept_length, levels[0], spinner)])]
     else:
         # one bar over the points; it redraws only between them, so no thread runs when a replay forks
         total = len(named) * len(levels)
-        with _progress(total, json_out, "predicting the curve", auto_refresh=False) as bar:
+        with progress(total, json_out, "predicting the curve", auto_refresh=False) as bar:
             curves = []
             for at, accept in zip(named, accepts, strict=True):
                 curve = []
@@ -473,315 +456,3 @@ def _print_curve(
             seen += [n for n in out["notes"] if n not in seen]
     for note in seen:
         console.print(f"note: {note}")
-
-
-@contextmanager
-def _working(label: str, quiet: bool) -> Iterator[None]:
-    """A spinner on a terminal's stderr while one long call runs (a replay of thousands of lanes
-    takes seconds); nothing with --json or when stderr is not a terminal."""
-    if quiet or not sys.stderr.isatty():
-        yield
-        return
-    from rich.console import Console
-
-    with Console(stderr=True).status(label):
-        yield
-
-
-@contextmanager
-def _progress(total: int, quiet: bool, label: str, auto_refresh: bool = True) -> Iterator[Callable[[int], None] | None]:
-    """A bar on a terminal's stderr (None with --json or no terminal); ``auto_refresh=False``
-    redraws only when advanced, so no drawing thread runs between (a replay forks only when it is
-    the only thread, perf.forked)."""
-    if quiet or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True, auto_refresh=auto_refresh) as bar:
-        task = bar.add_task(label, total=total)
-
-        def advance(n: int) -> None:
-            bar.advance(task, n)
-            if not auto_refresh:
-                bar.refresh()
-
-        yield advance
-
-
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:.1f}%"
-
-
-def _print_score(result: dict[str, Any], silicon: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from tokenmill.cli.tables import print_table
-
-    console = Console()
-
-    def table(title: str, groups: dict[str, dict[str, Any]]) -> None:
-        t = Table(title=title, show_edge=False)
-        for col in ("group", "rows", "predicted", "coverage"):
-            t.add_column(col, justify="left" if col == "group" else "right")
-        if silicon:
-            for col in ("TTFT median", "TTFT p90", "TPOT median", "TPOT p90"):
-                t.add_column(col, justify="right")
-        for name, s in groups.items():
-            cells = [name, str(s["rows"]), str(s["predicted"]), _pct(s["coverage"])]
-            if silicon:
-                cells += [
-                    _pct(s["ttft_median_ape"]),
-                    _pct(s["ttft_p90_ape"]),
-                    _pct(s["tpot_median_ape"]),
-                    _pct(s["tpot_p90_ape"]),
-                ]
-            t.add_row(*cells)
-        print_table(console, t)
-
-    table(
-        "fully specified rows" + (" (absolute percentage error)" if silicon else ""),
-        {"overall": result["overall"]},
-    )
-    if result["assumed_disagg"]["rows"]:
-        table(
-            "disaggregated rows without batch sizes (1 prefill + 1 decode worker assumed)",
-            {"assumed": result["assumed_disagg"]},
-        )
-    for key, title in (
-        ("by_model", "by model"),
-        ("by_system", "by system"),
-        ("by_backend", "by engine"),
-        ("by_version", "by engine version"),
-    ):
-        table(title, result[key])
-    if result["skipped_reasons"]:
-        console.print("skipped: " + "; ".join(f"{n} × {r}" for r, n in result["skipped_reasons"].items()))
-
-
-@calibrate_app.command("evaluate")
-def evaluate(
-    measurements: MeasOpt,
-    models_dir: ModelsDirOpt,
-    out: Annotated[Path, typer.Option("--out", help="Predictions CSV to write.")],
-    params_file: ParamsOpt = None,
-    jobs: JobsOpt = 1,
-    accuracy_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--accuracy-out",
-            help="Also write the error bands per GPU and engine that `predict` shows (needs the silicon columns).",
-        ),
-    ] = None,
-    figure: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--figure",
-            help="Predicted against measured TTFT and TPOT (.png/.svg, repeatable; needs silicon columns).",
-        ),
-    ] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Predict every row; write id,predicted_ttft_ms,predicted_tpot_ms,skipped_reason; print the errors.
-
-    The file also says where each predicted TTFT goes (``predicted_ttft_queued_ms``: sending to
-    admission) and what each closed-loop regime gives alone (``predicted_ttft_lock_step_ms``,
-    ``predicted_ttft_drifted_ms``; ``tokenmill predict``'s ``ttft_regimes_ms``)."""
-    from tokenmill.perf.calibrate import predict_rows, score
-    from tokenmill.perf.calibrated import load_table, shipped_path
-    from tokenmill.perf.measurements import read_measurements
-
-    rows, silicon = read_measurements(measurements)
-    figures = figure or []
-    for flag, value in (("--accuracy-out", accuracy_out), ("--figure", figures or None)):
-        if value is not None and not silicon:
-            raise TokenmillError(f"{flag}: needs the silicon_ttft_ms and silicon_tpot_ms columns in --measurements")
-    # every output checked before the replay, not found unwritable after it with some written
-    check_output("--out", out)
-    check_output("--accuracy-out", accuracy_out)
-    check_figures("--figure", figures)
-    outputs = [("--out", out), ("--accuracy-out", accuracy_out), *(("--figure", f) for f in figures)]
-    check_distinct_outputs(outputs, ("--measurements", measurements))
-    if accuracy_out is not None and path_exists(accuracy_out):
-        from tokenmill.perf.accuracy import load_accuracy
-
-        load_accuracy(accuracy_out)  # its held-out bands are kept: a file it cannot read fails now, not after
-    table = load_table(params_file)
-    with _progress(len(rows), json_out, "predicting") as bar:
-        preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar)
-    # what could still refuse (no row to score for the bands or the figures) before anything is written
-    acc = None
-    if accuracy_out is not None:
-        acc = _accuracy_table(preds, params_file or shipped_path(), measurements, params_file, models_dir, accuracy_out)
-    points: list[Any] = []
-    if figures:
-        from tokenmill.perf.accuracy import scored_rows
-        from tokenmill.report.calibration_figures import ScoredPoint
-
-        points = [
-            ScoredPoint(r.backend, r.pred_ttft_ms, r.meas_ttft_ms, r.pred_tpot_ms, r.meas_tpot_ms)
-            for r in scored_rows(preds)
-        ]
-        if not points:
-            raise TokenmillError("--figure: no fully specified row was predicted and measured (nothing to draw)")
-    try:
-        with out.open("w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["id", "predicted_ttft_ms", "predicted_tpot_ms", *PRED_EXTRA_COLUMNS, "skipped_reason", "notes"])
-            for p in preds:
-                extra = (p.ttft_queued_ms, p.ttft_lock_step_ms, p.ttft_drifted_ms)
-                w.writerow(
-                    [
-                        p.id,
-                        "" if p.ttft_ms is None else f"{p.ttft_ms:.4f}",
-                        "" if p.tpot_ms is None else f"{p.tpot_ms:.5f}",
-                        *("" if x is None else f"{x:.4f}" for x in extra),
-                        p.skipped_reason,
-                        "; ".join(p.notes),
-                    ]
-                )
-    except OSError as exc:
-        raise TokenmillError(f"--out: cannot write {out}: {exc.strerror}") from None
-    result = score(preds)
-    result["silicon_columns"] = silicon
-    result["params"] = table.meta
-    if acc is not None and accuracy_out is not None:
-        acc.write(accuracy_out)
-        result["accuracy_out"] = str(accuracy_out)
-    if figures:
-        from tokenmill.report.calibration_figures import calibration_figure
-
-        title = f"tokenmill predictions against {measurements.name}: {len(points)} fully specified rows"
-        result["figures"] = [str(calibration_figure(points, path, title)) for path in figures]
-    if json_out:
-        print(json.dumps(result, indent=2))
-        return
-    _print_score(result, silicon)
-    print(f"wrote {out}")
-
-
-def _accuracy_table(
-    preds: list[Any],
-    params_path: Path,
-    measurements: Path,
-    params_file: Path | None,
-    models_dir: Path,
-    accuracy_out: Path,
-) -> Any:
-    """Error bands of the fully specified, predicted and measured rows (``perf.accuracy``), the
-    architectures of the models they scored, and the held-out bands of ``accuracy_out`` where it
-    holds some measured with the same constants."""
-    from tokenmill.perf.accuracy import AccuracyTable, fingerprint, load_accuracy, measure, model_key, scored_rows
-    from tokenmill.perf.measurements import find_config
-    from tokenmill.spec import load_model
-
-    scored = scored_rows(preds)
-    if not scored:
-        raise TokenmillError("--accuracy-out: no fully specified row was predicted and measured")
-    models = set()
-    for path in {r.model for r in scored}:
-        config, _ = find_config(path, models_dir)
-        if config is not None:  # a scored row had its config
-            models.add(model_key(load_model(str(config))))
-    argv = ["tokenmill", "calibrate", "evaluate", "--measurements", str(measurements), "--models-dir", "DIR"]
-    if params_file is not None:
-        argv += ["--params", str(params_file)]
-    meta: dict[str, Any] = {
-        "command": " ".join([*argv, "--out", "PRED.csv", "--accuracy-out", "FILE"]),
-        "rows_scored": len(scored),
-    }
-    sha = fingerprint(params_path)
-    table = AccuracyTable(sha, measure(scored), meta, tuple(sorted(models)))
-    # held-out bands (benchmarks/calibrate_lomo.py --accuracy) of the same constants stay valid:
-    # keep them rather than drop what took twenty minutes to measure
-    previous = load_accuracy(accuracy_out) if path_exists(accuracy_out) else None
-    if previous is not None and previous.params_sha256 == sha:
-        table.held_out = previous.held_out
-        table.held_out_gpu = previous.held_out_gpu
-        table.held_out_architecture = previous.held_out_architecture
-        meta.update({k: v for k, v in previous.meta.items() if k.startswith("held_out_")})
-    return table
-
-
-@calibrate_app.command("fit")
-def fit(
-    measurements: MeasOpt,
-    models_dir: ModelsDirOpt,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Where to write the constants (default: the shipped params.json).")
-    ] = None,
-    start: Annotated[Path | None, typer.Option("--start", help="Constants to start from (default: priors).")] = None,
-    max_rows: Annotated[int | None, typer.Option("--max-rows", help="Fit on a stratified subsample.")] = None,
-    rounds: Annotated[int, typer.Option("--rounds", help="Replay-then-fit rounds.")] = 2,
-    sweeps: Annotated[int, typer.Option("--sweeps", help="Coordinate-descent sweeps per round.")] = 5,
-    jobs: JobsOpt = 1,
-    versions: Annotated[
-        bool,
-        typer.Option(
-            "--versions",
-            help="Also fit engine constants per engine version with 20+ rows (in-sample use: they learn "
-            "one campaign where a version ran one model; docs/perf.md §5).",
-        ),
-    ] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Fit the constants per GPU kind and engine to the measured rows; write them as JSON."""
-    from tokenmill.perf.calibrate import fit as run
-    from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
-    from tokenmill.perf.measurements import read_measurements
-
-    rows, silicon = read_measurements(measurements)
-    if not silicon:
-        raise TokenmillError("--measurements: fitting needs the silicon_ttft_ms and silicon_tpot_ms columns")
-    for name, v in (("--rounds", rounds), ("--sweeps", sweeps)):
-        if v <= 0:
-            raise TokenmillError(f"{name} must be positive (got {v})")
-    if max_rows is not None and max_rows <= 0:
-        raise TokenmillError(f"--max-rows must be positive (got {max_rows})")
-    check_output("--out", out)  # before a fit of many minutes, not after it
-    check_distinct_outputs([("--out", out)], ("--measurements", measurements))
-    table = load_table(start) if start is not None else ParamTable()
-    msgs: list[str] = []
-    log = msgs.append if json_out else (lambda m: print(m, file=sys.stderr))
-    with _progress(rounds * min(len(rows), max_rows or len(rows)), json_out, "replaying") as bar:
-        fitted, report, _ = run(
-            rows,
-            models_dir,
-            table,
-            rounds=rounds,
-            sweeps=sweeps,
-            max_rows=max_rows,
-            jobs=max(1, jobs),
-            log=log,
-            progress=bar,
-            versions=versions,
-        )
-    argv = ["tokenmill", "calibrate", "fit", "--measurements", str(measurements), "--models-dir", str(models_dir)]
-    if max_rows is not None:
-        argv += ["--max-rows", str(max_rows)]
-    if rounds != 2:
-        argv += ["--rounds", str(rounds)]
-    if sweeps != 5:
-        argv += ["--sweeps", str(sweeps)]
-    if versions:
-        argv.append("--versions")
-    fitted.meta.update({"command": " ".join(argv), "measurements_rows": len(rows)})
-    target = out if out is not None else shipped_path()
-    try:
-        fitted.write(target)
-    except OSError as exc:
-        raise TokenmillError(f"--out: cannot write {target}: {exc.strerror}") from None
-    if out is None:
-        msgs.append(
-            "the shipped error bands (accuracy.json) describe the previous constants until "
-            "`tokenmill calibrate evaluate ... --accuracy-out` re-measures them; predict shows none meanwhile"
-        )
-    if json_out:
-        print(json.dumps({"out": str(target), **fitted.to_json(), "log": msgs}, indent=2))
-        return
-    print(f"fitted {report.rows} rows: loss {report.loss_before:.1f} → {report.loss_after:.1f}; wrote {target}")
-    if out is None:
-        print(f"note: {msgs[-1]}")
