@@ -41,7 +41,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from tokenmill.perf.calibrate import _row_fully_specified
+from tokenmill.perf.row_prediction import row_fully_specified
 from tokenmill.report.calibration_figures import SplitPoint, tpot_split_figure
 
 DEFAULT_MEASUREMENTS = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "serving_measurements.csv"
@@ -240,7 +240,7 @@ def main() -> None:
     scored: list[tuple[Row, float, float]] = []
     for p in predictions:
         r = rows.get(p["id"])
-        if r is None or not _row_fully_specified(r) or not p["predicted_ttft_ms"] or not p["predicted_tpot_ms"]:
+        if r is None or not row_fully_specified(r) or not p["predicted_ttft_ms"] or not p["predicted_tpot_ms"]:
             continue
         et = math.log(float(p["predicted_ttft_ms"]) / float(r["silicon_ttft_ms"]))
         ep = math.log(float(p["predicted_tpot_ms"]) / float(r["silicon_tpot_ms"]))

@@ -47,9 +47,10 @@ import numpy as np
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import load_gpu
 from tokenmill.perf.accuracy import fingerprint, load_accuracy, measure, scored_rows
-from tokenmill.perf.calibrate import collect, fit_constants, fitting_rows, predict_rows
+from tokenmill.perf.calibrate import collect, fit_constants
 from tokenmill.perf.calibrated import ParamTable, load_table, same_architecture, shipped_path
 from tokenmill.perf.measurements import find_config, read_measurements
+from tokenmill.perf.row_prediction import fitting_rows, predict_rows
 
 #: the ``constants`` column of a group predicted from the medians of the other fitted GPUs' values
 ACROSS_GPUS = "medians of the other GPUs'"

@@ -44,10 +44,11 @@ from pathlib import Path
 import numpy as np
 
 from tokenmill.perf import calibrate
-from tokenmill.perf.calibrate import FitData, collect, fit_constants, fitting_rows, predict_recorded, predict_rows
+from tokenmill.perf.calibrate import FitData, collect, fit_constants, predict_recorded
 from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
 from tokenmill.perf.measurements import read_measurements
 from tokenmill.perf.params import BOUNDS, GLOBAL_FIELDS
+from tokenmill.perf.row_prediction import fitting_rows, predict_rows
 
 sys.path.insert(0, str(Path(__file__).parent))
 from calibrate_lomo import family

@@ -10,9 +10,11 @@ import pytest
 import tokenmill.perf.calibrate as calibrate
 from tests.perf.rows import MODELS, row
 from tokenmill.errors import TokenmillError
-from tokenmill.perf.calibrate import _tie_groups, collect, fit, fit_constants, predict_recorded, predict_rows, score
+from tokenmill.perf.calibrate import _tie_groups, collect, fit, fit_constants, predict_recorded
 from tokenmill.perf.calibrated import ParamTable, load_table, params_for
 from tokenmill.perf.params import BOUNDS, ENGINE_FIELDS, GPU_FIELDS, PER_GPU_FIELDS, PerfParams
+from tokenmill.perf.row_prediction import predict_rows
+from tokenmill.perf.scoring import reason_kind, score
 
 
 def test_shipped_constants_load_and_fall_back_with_notes() -> None:
@@ -258,7 +260,7 @@ def test_recorded_steps_reweighted_equal_a_replay_with_other_constants() -> None
 
 
 def test_skip_reasons_are_counted_by_their_kind_without_cutting_a_list_in_parentheses() -> None:
-    kind = calibrate.reason_kind
+    kind = reason_kind
     assert kind("inconsistent sizes: moe_tp 4 × moe_ep 1 ≠ tp 3 × dp 1") == "inconsistent sizes"
     assert kind("cannot replay: request r0: 10001024 tokens exceed the KV pool") == "cannot replay"
     listed = "unknown backend 'tgi' (known: sglang, vllm, trtllm)"

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 from tests.perf.rows import MODELS, row
 from tokenmill.errors import TokenmillError
-from tokenmill.perf.calibrate import predict_row, score
 from tokenmill.perf.calibrated import load_table
 from tokenmill.perf.measurements import RowSpec, Skip, find_config, interpret, model_for_row, read_measurements
 from tokenmill.perf.replay import MAX_CONCURRENCY
+from tokenmill.perf.row_prediction import predict_row
+from tokenmill.perf.scoring import score
 from tokenmill.spec.tensors import TensorKind
 
 

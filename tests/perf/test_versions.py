@@ -10,9 +10,11 @@ import pytest
 
 from tests.perf.rows import row
 from tokenmill.errors import TokenmillError
-from tokenmill.perf.calibrate import MIN_VERSION_ROWS, fit, predict_rows, score
+from tokenmill.perf.calibrate import MIN_VERSION_ROWS, fit
 from tokenmill.perf.calibrated import ParamTable, version_key
 from tokenmill.perf.params import PerfParams
+from tokenmill.perf.row_prediction import predict_rows
+from tokenmill.perf.scoring import score
 
 MODELS = Path(str(resources.files("tokenmill.spec") / "presets"))
 

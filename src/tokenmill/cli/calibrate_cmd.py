@@ -111,9 +111,10 @@ def evaluate(
     The file also says where each predicted TTFT goes (``predicted_ttft_queued_ms``: sending to
     admission) and what each closed-loop regime gives alone (``predicted_ttft_lock_step_ms``,
     ``predicted_ttft_drifted_ms``; ``tokenmill predict``'s ``ttft_regimes_ms``)."""
-    from tokenmill.perf.calibrate import predict_rows, score
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.measurements import read_measurements
+    from tokenmill.perf.row_prediction import predict_rows
+    from tokenmill.perf.scoring import score
 
     rows, silicon = read_measurements(measurements)
     figures = figure or []

@@ -6,7 +6,8 @@ TTFT/TPOT of a deployment, with constants calibrated on measured serving results
   ``stride_executor.py`` executes its steps; ``replay_disaggregated.py`` (with ``pipelined.py``)
   replays a disaggregated point; ``saturated.py`` stands in for lanes that only queue.
 - ``calibrated``: the fitted constants shipped as data (``params_for(gpu, engine)``).
-- ``measurements.py`` / ``calibrate.py``: measured rows, predictions, scores and the fit.
+- ``measurements.py`` / ``row_prediction.py`` / ``scoring.py`` / ``calibrate.py``: measured rows,
+  their predictions, their scores and the fit.
 
 See docs/perf.md.
 """

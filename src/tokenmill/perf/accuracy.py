@@ -119,7 +119,7 @@ def model_key(model: Any) -> str:
 
 
 def scored_rows(preds: Iterable[Any]) -> list[Scored]:
-    """``Scored`` rows of calibration predictions (``calibrate.RowPrediction``): the fully
+    """``Scored`` rows of calibration predictions (``row_prediction.RowPrediction``): the fully
     specified rows that were predicted and have both measurements."""
     from tokenmill.hardware import load_gpu
 

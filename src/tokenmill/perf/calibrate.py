@@ -1,11 +1,8 @@
-"""Predict measured benchmark rows, score the predictions, and fit the constants to them.
+"""Fit the performance model's constants to measured benchmark rows.
 
-- :func:`predict_rows` replays every row of a measurements file (``perf.replay``) with the
-  constants of its GPU and engine and returns one :class:`RowPrediction` per row: a TTFT and a
-  TPOT, or the reason the row cannot be predicted (never an exception).
-- :func:`score` gives coverage and the median and p90 absolute percentage error of TTFT and TPOT,
-  overall and by model, system, engine and system × engine, for the fully specified rows and, apart,
-  for the disaggregated rows predicted under the worker assumption.
+Rows are predicted by ``perf.row_prediction`` (``predict_rows``) and scored by ``perf.scoring``;
+this module records those replays and refits their constants:
+
 - :func:`fit` fits the constants: replay each fully specified row once with the current constants,
   recording every step's resource demands and its weight in the row's mean TTFT and TPOT; then
   minimise the robust sum over rows of |log(predicted / measured)| (smoothed near 0) for TTFT and
@@ -23,9 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,9 +28,8 @@ from typing import Any
 import numpy as np
 
 from tokenmill.errors import TokenmillError
-from tokenmill.hardware import GPU, load_gpu
+from tokenmill.hardware import load_gpu
 from tokenmill.perf.calibrated import ParamTable, version_key
-from tokenmill.perf.measurements import RowSpec, Skip, interpret, model_for_row
 from tokenmill.perf.optimize import golden_section
 from tokenmill.perf.params import (
     ARCH_TIED,
@@ -47,248 +41,8 @@ from tokenmill.perf.params import (
     PER_GPU_FIELDS,
     PerfParams,
 )
-from tokenmill.perf.recorded import Recorded
-from tokenmill.perf.replay import replay_aggregated
-from tokenmill.perf.replay_disaggregated import replay_disaggregated
 from tokenmill.perf.roofline import Features, combine, total_seconds
-from tokenmill.plan.layout import Layout
-from tokenmill.plan.memory_plan import MemoryPlan, plan_memory
-
-Progress = Callable[[int], None]
-
-
-@dataclass
-class RowPrediction:
-    id: str
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    skipped_reason: str = ""
-    notes: list[str] = field(default_factory=list)
-    model: str = ""
-    system: str = ""
-    backend: str = ""
-    mode: str = ""
-    version: str = ""
-    fully_specified: bool = True
-    measured_ttft_ms: float | None = None
-    measured_tpot_ms: float | None = None
-    recorded: Recorded | None = None
-    # of ttft_ms: the wait from send to admission, and the TTFT of each closed-loop regime
-    # replayed (None where a regime weighs nothing); ReplayResult.ttft_split and ttft_regimes
-    ttft_queued_ms: float | None = None
-    ttft_lock_step_ms: float | None = None
-    ttft_drifted_ms: float | None = None
-
-    @property
-    def predicted(self) -> bool:
-        return self.ttft_ms is not None and self.tpot_ms is not None
-
-
-@lru_cache(maxsize=512)
-def _plan(config: str, gemm: str, moe: str, gpu_name: str, layout: Layout) -> MemoryPlan:
-    model = model_for_row(config, gemm, moe)
-    gpu = load_gpu(gpu_name)
-    return plan_memory(model, gpu, layout.gpus_per_worker, layout)
-
-
-def _fitting_plan(spec: RowSpec, gpu: GPU, layout: Layout) -> MemoryPlan:
-    plan = _plan(str(spec.config_path), spec.gemm_mode, spec.moe_mode, gpu.name, layout)
-    if not plan.fits:
-        raise TokenmillError(str(plan.reason))
-    return plan
-
-
-def predict_spec(spec: RowSpec, table: ParamTable, record: bool = False) -> RowPrediction:
-    """Replay one interpreted row with the constants of its GPU and engine."""
-    out = RowPrediction(
-        spec.id,
-        model=spec.model_path,
-        system=spec.system,
-        backend=spec.backend,
-        mode=spec.mode,
-        version=spec.version,
-        fully_specified=spec.fully_specified,
-        measured_ttft_ms=spec.ttft_ms,
-        measured_tpot_ms=spec.tpot_ms,
-        notes=list(spec.notes),
-    )
-    try:
-        gpu = load_gpu(spec.system)
-        params, pnotes = table.resolve(gpu.name, spec.backend, spec.version)
-        out.notes += pnotes
-        if spec.agg is not None:
-            plan = _fitting_plan(spec, gpu, spec.agg.layout)
-            res = replay_aggregated(plan, spec.backend, spec.isl, spec.osl, spec.concurrency, params, record=record)
-        else:
-            assert spec.prefill is not None and spec.decode is not None
-            pplan = _fitting_plan(spec, gpu, spec.prefill.layout)
-            dplan = _fitting_plan(spec, gpu, spec.decode.layout)
-            res = replay_disaggregated(
-                pplan,
-                dplan,
-                spec.prefill.workers,
-                spec.decode.workers,
-                spec.backend,
-                spec.isl,
-                spec.osl,
-                spec.concurrency,
-                params,
-                record=record,
-            )
-    except TokenmillError as exc:
-        out.skipped_reason = " ".join(str(exc).split())
-        return out
-    except Exception as exc:  # a row must never stop the run; report what broke
-        out.skipped_reason = f"internal error: {type(exc).__name__}: {exc}"
-        return out
-    out.ttft_ms = res.ttft_s * 1e3
-    out.tpot_ms = res.tpot_s * 1e3
-    out.ttft_queued_ms = res.ttft_split["queued"] * 1e3
-    lock, drift = res.ttft_regimes.get("lock_step"), res.ttft_regimes.get("drifted")
-    out.ttft_lock_step_ms = None if lock is None else lock * 1e3
-    out.ttft_drifted_ms = None if drift is None else drift * 1e3
-    out.notes += res.notes
-    out.recorded = res.recorded
-    return out
-
-
-def predict_row(row: dict[str, str], models_dir: str, table: ParamTable, record: bool = False) -> RowPrediction:
-    it = interpret(row, models_dir)
-    if isinstance(it, Skip):
-        r = row
-        return RowPrediction(
-            it.id,
-            skipped_reason=it.reason,
-            model=r.get("model_path", ""),
-            system=r.get("system", ""),
-            backend=r.get("backend", ""),
-            mode=r.get("mode", ""),
-            version=(r.get("backend_version") or "").strip(),
-            fully_specified=_row_fully_specified(r),
-        )
-    return predict_spec(it, table, record)
-
-
-def _row_fully_specified(row: dict[str, str]) -> bool:
-    if (row.get("mode") or "").strip().lower() != "disagg":
-        return True
-    return all((row.get(k) or "").strip() for k in ("prefill_batch_size", "decode_batch_size", "decode_num_workers"))
-
-
-def fitting_rows(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
-    """The rows a fit (and its benchmarks) score: fully specified, with a measured TTFT."""
-    return [r for r in rows if _row_fully_specified(r) and (r.get("silicon_ttft_ms") or "").strip()]
-
-
-# --- running many rows ------------------------------------------------------------------------
-
-_WORKER: dict[str, Any] = {}
-
-
-def _init(models_dir: str, table_json: dict[str, Any], record: bool) -> None:
-    _WORKER["args"] = (models_dir, ParamTable.from_json(table_json), record)
-
-
-def _one(row: dict[str, str]) -> RowPrediction:
-    models_dir, table, record = _WORKER["args"]
-    return predict_row(row, models_dir, table, record)
-
-
-def predict_rows(
-    rows: Sequence[dict[str, str]],
-    models_dir: Path | str,
-    table: ParamTable,
-    record: bool = False,
-    jobs: int = 1,
-    progress: Progress | None = None,
-) -> list[RowPrediction]:
-    """One prediction per row, in order (``jobs`` worker processes; the result does not depend on it)."""
-    d = str(models_dir)
-    if not Path(d).is_dir():
-        raise TokenmillError(f"--models-dir: no such directory {d}")
-    out: list[RowPrediction] = []
-    if jobs <= 1 or len(rows) < 8:
-        for row in rows:
-            out.append(predict_row(row, d, table, record))
-            if progress:
-                progress(1)
-        return out
-    chunk = max(1, min(32, len(rows) // (jobs * 8)))
-    with ProcessPoolExecutor(jobs, initializer=_init, initargs=(d, table.to_json(), record)) as pool:
-        for pred in pool.map(_one, rows, chunksize=chunk):
-            out.append(pred)
-            if progress:
-                progress(1)
-    return out
-
-
-# --- scoring ------------------------------------------------------------------------------------
-
-
-def _ape(pred: float, meas: float) -> float:
-    return abs(pred - meas) / meas
-
-
-def _stats(preds: list[RowPrediction]) -> dict[str, Any]:
-    scored = [p for p in preds if p.predicted and p.measured_ttft_ms and p.measured_tpot_ms]
-    out: dict[str, Any] = {"rows": len(preds), "predicted": sum(1 for p in preds if p.predicted)}
-    out["coverage"] = out["predicted"] / out["rows"] if out["rows"] else 0.0
-    out["scored"] = len(scored)
-    pairs: dict[str, list[tuple[float, float]]] = {
-        "ttft": [(p.ttft_ms or 0.0, p.measured_ttft_ms or 1.0) for p in scored],
-        "tpot": [(p.tpot_ms or 0.0, p.measured_tpot_ms or 1.0) for p in scored],
-    }
-    for key, values in pairs.items():
-        errs = np.array([_ape(pred, meas) for pred, meas in values])
-        out[f"{key}_median_ape"] = float(np.median(errs)) if len(errs) else None
-        out[f"{key}_p90_ape"] = float(np.percentile(errs, 90)) if len(errs) else None
-    return out
-
-
-def score(preds: list[RowPrediction]) -> dict[str, Any]:
-    """Coverage and error statistics: fully specified rows (overall and by group) and, apart, the
-    disaggregated rows predicted under the worker assumption."""
-    full = [p for p in preds if p.fully_specified]
-    assumed = [p for p in preds if not p.fully_specified]
-    result: dict[str, Any] = {"overall": _stats(full), "assumed_disagg": _stats(assumed)}
-    for name, key in (
-        ("by_model", lambda p: p.model),
-        ("by_system", lambda p: p.system),
-        ("by_backend", lambda p: p.backend),
-        ("by_system_backend", lambda p: f"{p.system}/{p.backend}"),
-        ("by_version", lambda p: version_key(p.backend, p.version or "unversioned")),
-        ("by_mode", lambda p: p.mode),
-    ):
-        groups: dict[str, list[RowPrediction]] = {}
-        for p in full:
-            groups.setdefault(key(p) or "(empty)", []).append(p)  # a row without the column
-        result[name] = {k: _stats(v) for k, v in sorted(groups.items())}
-    reasons: dict[str, int] = {}
-    for p in preds:
-        if not p.predicted:
-            r = reason_kind(p.skipped_reason)
-            reasons[r] = reasons.get(r, 0) + 1
-    result["skipped_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
-    return result
-
-
-def reason_kind(reason: str) -> str:
-    """What a skip reason counts under: its text up to the first colon outside parentheses
-    ("inconsistent sizes: moe_tp 4 × …" → "inconsistent sizes"; "unknown backend 'tgi' (known:
-    sglang, …)" stays whole), so that rows skipped for the same cause with different figures are
-    counted together and a list inside parentheses is not cut."""
-    depth = 0
-    for i, ch in enumerate(reason):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)
-        elif ch == ":" and depth == 0:
-            return reason[:i]
-    return reason
-
-
-# --- fitting ------------------------------------------------------------------------------------
+from tokenmill.perf.row_prediction import Progress, RowPrediction, fitting_rows, predict_rows
 
 
 @dataclass

@@ -1,0 +1,80 @@
+"""Scores of row predictions: coverage and the median and p90 absolute percentage error of TTFT and
+TPOT, overall and by model, system, engine and system × engine, for the fully specified rows and,
+apart, the disaggregated rows predicted under the worker assumption (``score``); and what a
+skipped row counts under (``reason_kind``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tokenmill.perf.calibrated import version_key
+
+if TYPE_CHECKING:  # scores are computed from predictions, without the replay that made them
+    from tokenmill.perf.row_prediction import RowPrediction
+
+__all__ = ["reason_kind", "score"]
+
+
+def _ape(pred: float, meas: float) -> float:
+    return abs(pred - meas) / meas
+
+
+def _stats(preds: list[RowPrediction]) -> dict[str, Any]:
+    scored = [p for p in preds if p.predicted and p.measured_ttft_ms and p.measured_tpot_ms]
+    out: dict[str, Any] = {"rows": len(preds), "predicted": sum(1 for p in preds if p.predicted)}
+    out["coverage"] = out["predicted"] / out["rows"] if out["rows"] else 0.0
+    out["scored"] = len(scored)
+    pairs: dict[str, list[tuple[float, float]]] = {
+        "ttft": [(p.ttft_ms or 0.0, p.measured_ttft_ms or 1.0) for p in scored],
+        "tpot": [(p.tpot_ms or 0.0, p.measured_tpot_ms or 1.0) for p in scored],
+    }
+    for key, values in pairs.items():
+        errs = np.array([_ape(pred, meas) for pred, meas in values])
+        out[f"{key}_median_ape"] = float(np.median(errs)) if len(errs) else None
+        out[f"{key}_p90_ape"] = float(np.percentile(errs, 90)) if len(errs) else None
+    return out
+
+
+def score(preds: list[RowPrediction]) -> dict[str, Any]:
+    """Coverage and error statistics: fully specified rows (overall and by group) and, apart, the
+    disaggregated rows predicted under the worker assumption."""
+    full = [p for p in preds if p.fully_specified]
+    assumed = [p for p in preds if not p.fully_specified]
+    result: dict[str, Any] = {"overall": _stats(full), "assumed_disagg": _stats(assumed)}
+    for name, key in (
+        ("by_model", lambda p: p.model),
+        ("by_system", lambda p: p.system),
+        ("by_backend", lambda p: p.backend),
+        ("by_system_backend", lambda p: f"{p.system}/{p.backend}"),
+        ("by_version", lambda p: version_key(p.backend, p.version or "unversioned")),
+        ("by_mode", lambda p: p.mode),
+    ):
+        groups: dict[str, list[RowPrediction]] = {}
+        for p in full:
+            groups.setdefault(key(p) or "(empty)", []).append(p)  # a row without the column
+        result[name] = {k: _stats(v) for k, v in sorted(groups.items())}
+    reasons: dict[str, int] = {}
+    for p in preds:
+        if not p.predicted:
+            r = reason_kind(p.skipped_reason)
+            reasons[r] = reasons.get(r, 0) + 1
+    result["skipped_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return result
+
+
+def reason_kind(reason: str) -> str:
+    """What a skip reason counts under: its text up to the first colon outside parentheses
+    ("inconsistent sizes: moe_tp 4 × …" → "inconsistent sizes"; "unknown backend 'tgi' (known:
+    sglang, …)" stays whole), so that rows skipped for the same cause with different figures are
+    counted together and a list inside parentheses is not cut."""
+    depth = 0
+    for i, ch in enumerate(reason):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == ":" and depth == 0:
+            return reason[:i]
+    return reason
