@@ -251,3 +251,27 @@ def test_without_backend_the_table_says_the_cost_model_is_the_priors(capsys: pyt
     assert code == 0 and err == ""
     code, _, err = cli(capsys, "sweep", "--pool-ratio", "1.1", "--rates", "0.5", "--duration", "10")
     assert code == 0 and "cost model: the priors" in err
+
+
+DSPARK = ["--dcp", "8", "--pool-ratio", "6.28", "--speculative", "dspark:7", "--replayssm"]
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep", "predict"])
+@pytest.mark.parametrize(
+    ("layout", "value", "message"),
+    [
+        (DSPARK, "nan", "error: --accept-length must be between 1 and the verify width 8 (got nan)"),
+        (DSPARK, "0.5", "error: --accept-length must be between 1 and the verify width 8 (got 0.5)"),
+        (DSPARK, "9", "error: --accept-length must be between 1 and the verify width 8 (got 9.0)"),
+        ([], "2", "error: --accept-length needs speculative decoding (--speculative dspark:B or mtp:N)"),
+    ],
+)
+def test_an_accept_length_the_drafter_cannot_have_is_refused_alike_by_every_command(
+    capsys: pytest.CaptureFixture[str], command: str, layout: list[str], value: str, message: str
+) -> None:
+    """Found in the thirty-ninth session: `simulate` with DSPARK and `--accept-length nan` was a
+    traceback from the simulator's executor, and without a drafter it took any value silently;
+    `predict` refused both. One check (``perf.acceptance``) serves the three commands now."""
+    work = {"simulate": ["--duration", "5"], "sweep": ["--rates", "1", "--duration", "5"], "predict": []}[command]
+    code, out, err = cli(capsys, command, *layout, *work, "--accept-length", value, "--json")
+    assert (code, out, err.strip()) == (2, "", message)

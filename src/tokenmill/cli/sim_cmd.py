@@ -22,6 +22,7 @@ from tokenmill.cli.options import (
     with_layout_options,
 )
 from tokenmill.errors import TokenmillError
+from tokenmill.perf.acceptance import accept_length_for
 
 WorkloadOpt = Annotated[
     str, typer.Option("--workload", help="fresh|long-session|random|agentic|interference|trace:PATH")
@@ -44,17 +45,6 @@ BackendOpt = Annotated[
 AcceptOpt = Annotated[
     float | None, typer.Option("--accept-length", help="Tokens accepted per verify pass (default: 2.7 DSPARK).")
 ]
-
-
-def _accept_length(plan: Any, given: float | None) -> float:
-    spec = plan.layout.speculative
-    if given is not None:
-        if given < 1 or (spec.enabled and given > spec.num_draft_tokens):
-            raise TokenmillError(f"--accept-length must be between 1 and the verify width (got {given})")
-        return given
-    if not spec.enabled:
-        return 1.0
-    return 2.7 if spec.algorithm == "dspark" else 1.0 + 0.75 * spec.tokens
 
 
 def _workload(
@@ -192,7 +182,7 @@ def simulate(
     perf, notes = _perf(gpu, backend)
     options = SimOptions(
         chunk_tokens=chunk_tokens,
-        accept_length=_accept_length(plan, accept_length),
+        accept_length=accept_length_for(plan, accept_length),
         mixed_chunk=mixed_chunk,
         max_time_s=max_time,
         perf=perf,
@@ -317,7 +307,9 @@ def sweep(
         for name, plan in named:
             if not plan.fits:
                 raise TokenmillError(f"layout {name!r}: {plan.reason}")
-            opts = SimOptions(accept_length=_accept_length(plan, accept_length), max_time_s=duration + 300.0, perf=perf)
+            opts = SimOptions(
+                accept_length=accept_length_for(plan, accept_length), max_time_s=duration + 300.0, perf=perf
+            )
             entry: dict[str, Any] = {"rates": [], "concurrency": []}
             task = progress.add_task(name, total=len(rate_list) + len(conc_list) + (12 if find_sustained else 0))
 

@@ -32,21 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenmill.errors import TokenmillError
+from tokenmill.perf.acceptance import accept_length_for
 from tokenmill.perf.batch import BatchShape, DecodeWork
 from tokenmill.perf.params import PerfParams
 from tokenmill.perf.replay import ReplayResult, check_concurrency, replay_aggregated
 from tokenmill.perf.replay_disaggregated import decode_capacity, replay_disaggregated
 from tokenmill.perf.roofline import CostModel
 from tokenmill.plan.memory_plan import MemoryPlan, layout_dict
-
-DSPARK_ACCEPT_LENGTH = 2.7  # seed §2.3: what the server reported on agent requests at temperature 1.0
-
-
-def default_accept_length(plan: MemoryPlan) -> float:
-    spec = plan.layout.speculative
-    if not spec.enabled:
-        return 1.0
-    return DSPARK_ACCEPT_LENGTH if spec.algorithm == "dspark" else 1.0 + 0.75 * spec.tokens
 
 
 @dataclass
@@ -164,7 +156,7 @@ def predict(
     if not plan.fits:
         raise TokenmillError(str(plan.reason))
     notes = [*(notes or []), *_request_fits(plan, isl, osl)]
-    accept = _accept_length(plan, accept_length)
+    accept = accept_length_for(plan, accept_length)
     res = replay_aggregated(
         plan,
         backend,
@@ -233,19 +225,6 @@ def check_disaggregated(prefill_plan: MemoryPlan, decode_plan: MemoryPlan) -> No
             )
 
 
-def _accept_length(plan: MemoryPlan, accept_length: float | None) -> float:
-    """The tokens a verify pass of ``plan``'s drafter accepts: ``accept_length`` checked against
-    the verify width, or the drafter's default; 1 without speculative decoding."""
-    spec = plan.layout.speculative
-    if accept_length is not None and not spec.enabled:
-        raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
-    accept = default_accept_length(plan) if accept_length is None else accept_length
-    width = spec.num_draft_tokens if spec.enabled else 1
-    if not 1 <= accept <= width:  # also refuses nan
-        raise TokenmillError(f"--accept-length must be between 1 and the verify width {width} (got {accept})")
-    return accept
-
-
 def predict_disaggregated(
     prefill_plan: MemoryPlan,
     decode_plan: MemoryPlan,
@@ -277,7 +256,7 @@ def predict_disaggregated(
     check_disaggregated(prefill_plan, decode_plan)
     _request_fits(prefill_plan, isl, 1, "prefill worker")
     notes = [*(notes or []), *_request_fits(decode_plan, isl, osl, "decode worker")]
-    accept = _accept_length(decode_plan, accept_length)
+    accept = accept_length_for(decode_plan, accept_length)
     res = replay_disaggregated(
         prefill_plan,
         decode_plan,
