@@ -6,6 +6,7 @@ is covered the day it is added."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -157,3 +158,49 @@ def test_a_token_count_past_ten_million_is_refused_before_any_request_is_built(
         main([*argv, "--num-requests", "2", "--rate", "1", flag, value])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and err == f"error: {flag} must be an integer from 1 to 10,000,000 (got {value})"
+
+
+DSPARK = ("--dcp", "8", "--pool-ratio", "6.28", "--speculative", "dspark:7", "--replayssm")
+DISAGG = ("--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "2", "--decode-workers", "1", "--prefill-workers", "1")
+#: Flags that only matter in some runs (a workload, a drafter, disaggregated workers), with such a
+#: run: the test above gives them odd values where they are read by nothing.
+IN_CONTEXT = (
+    (("simulate", "--workload", "long-session"), ("--sessions", "--turns")),
+    (("simulate", "--workload", "interference"), ("--probe-tokens",)),
+    (("simulate", "--workload", "random", "--num-requests", "4"), ("--isl", "--osl", "--chunk-tokens")),
+    (("simulate", *DSPARK, "--duration", "5"), ("--accept-length", "--max-time")),
+    (("predict", *DISAGG), ("--decode-gpus", "--prefill-workers", "--decode-workers", "--isl", "--osl")),
+    (("predict", *DSPARK), ("--accept-length",)),
+    (("predict", *DISAGG, "--speculative", "mtp:3"), ("--accept-length",)),
+)
+
+
+def _flag_kinds() -> dict[tuple[str, str], type]:
+    """(command, flag) → the flag's number type, read from the CLI as ``numeric_options`` does."""
+    root = typer.main.get_command(app)
+    kinds = {}
+    for command in ("simulate", "predict"):
+        for p in root.commands[command].params:  # type: ignore[attr-defined]
+            kind: Any = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+            kind = {list[int]: int, list[float]: float}.get(kind, kind)  # a repeatable flag's items
+            if p.param_type_name == "option" and kind in ODD:
+                kinds[(command, p.opts[0])] = kind
+    return kinds
+
+
+KINDS = _flag_kinds()
+CONTEXT_CASES = [
+    (run, flag, value) for run, flags in IN_CONTEXT for flag in flags for value in ODD[KINDS[(run[0], flag)]]
+]
+
+
+@pytest.mark.parametrize(
+    ("run", "flag", "value"), CONTEXT_CASES, ids=[f"{r[0]} {r[1:3]} {f}={v}" for r, f, v in CONTEXT_CASES]
+)
+def test_an_odd_number_where_the_flag_is_read_gets_an_answer_or_one_line(
+    run: tuple[str, ...], flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found in the thirty-ninth session: with a drafter, `simulate --accept-length nan` was a
+    traceback, and `--workload long-session --turns 10000000000` ran out of memory (149 GiB for
+    the session schedule) instead of meeting the 1,000,000-request bound."""
+    answers_or_one_line([*run, flag, value, "--json"], "error: ", capsys)

@@ -64,6 +64,11 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
             n, rate=rate, duration_s=dur if n is None else None, seed=opts.seed, block_tokens=opts.block_tokens
         )
     if name == "long-session":
+        if opts.sessions * opts.turns > MAX_REQUESTS:
+            raise TokenmillError(
+                f"--sessions × --turns asks for {opts.sessions * opts.turns:,} requests; "
+                f"at most {MAX_REQUESTS:,} are generated"
+            )
         return gen.long_sessions(
             opts.sessions, opts.turns, rate=opts.rate, seed=opts.seed, block_tokens=opts.block_tokens
         )

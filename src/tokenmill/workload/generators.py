@@ -14,7 +14,7 @@ import numpy as np
 
 from tokenmill.errors import TokenmillError
 from tokenmill.workload._checks import check_fraction, check_int, check_non_negative, check_positive
-from tokenmill.workload.arrivals import poisson_arrivals
+from tokenmill.workload.arrivals import MAX_REQUESTS, poisson_arrivals
 from tokenmill.workload.request import RequestSpec, Workload, content_block_ids, sort_sessions
 
 #: request_id prefixes of ``interference``: decoding streams and the prompts that disturb them.
@@ -191,6 +191,11 @@ def long_sessions(
     check_int("seed", seed, 0)
     check_int("num_sessions", num_sessions, 0)
     check_int("turns_per_session", turns_per_session, 1)
+    if num_sessions * turns_per_session > MAX_REQUESTS:  # one workload holds at most this many
+        raise TokenmillError(
+            f"num_sessions × turns_per_session = {num_sessions * turns_per_session:,} requests; "
+            f"at most {MAX_REQUESTS:,} are generated"
+        )
     check_int("history_tokens", history_tokens, 1)
     check_int("returning_turn_tokens", returning_turn_tokens, 1)
     check_int("output_tokens", output_tokens, 1)
