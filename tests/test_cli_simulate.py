@@ -275,3 +275,20 @@ def test_an_accept_length_the_drafter_cannot_have_is_refused_alike_by_every_comm
     work = {"simulate": ["--duration", "5"], "sweep": ["--rates", "1", "--duration", "5"], "predict": []}[command]
     code, out, err = cli(capsys, command, *layout, *work, "--accept-length", value, "--json")
     assert (code, out, err.strip()) == (2, "", message)
+
+
+@pytest.mark.parametrize(("gpu", "chunks"), [("h100", 2), ("h200", 2), ("b200", 1), ("b300", 1)])
+def test_a_prompt_is_chunked_at_sglangs_default_for_the_gpu(
+    capsys: pytest.CaptureFixture[str], gpu: str, chunks: int
+) -> None:
+    """SGLang's --chunked-prefill-size: 8,192 tokens on GPUs under 160 GB (H100 80 GB, H200 141 GB),
+    16,384 above (B200, B300); `predict`'s replay used that rule, `simulate` 16,384 everywhere
+    until the thirty-ninth session. A 10,000-token prompt is two prefill steps or one."""
+    base = ["simulate", "--model", "llama-3.1-8b", "--gpu", gpu, "--gpus", "1", "--workload", "random"]
+    run = [*base, "--isl", "10000", "--osl", "2", "--num-requests", "1", "--json"]
+    code, out, err = cli(capsys, *run)
+    assert code == 0, err
+    assert json.loads(out)["prefill_steps"] == chunks
+    code, out, err = cli(capsys, *run, "--chunk-tokens", "4096")  # the flag still decides
+    assert code == 0, err
+    assert json.loads(out)["prefill_steps"] == 3

@@ -146,11 +146,13 @@ def simulate(
     ] = None,
     accept_length: AcceptOpt = None,
     chunk_tokens: Annotated[
-        int,
+        int | None,
         typer.Option(
-            "--chunk-tokens", help="Chunked-prefill size of each scheduler (each attention-DP rank has its own)."
+            "--chunk-tokens",
+            help="Chunked-prefill size of each scheduler (each attention-DP rank has its own); "
+            "default SGLang's for the GPU: 16,384 from 160 GB, else 8,192.",
         ),
-    ] = 16384,
+    ] = None,
     mixed_chunk: Annotated[bool, typer.Option("--mixed-chunk", help="Run decodes inside prefill steps.")] = False,
     max_time: Annotated[float | None, typer.Option("--max-time", help="Stop the clock (simulated s).")] = None,
     backend: BackendOpt = None,
@@ -168,12 +170,15 @@ def simulate(
     """Simulate a deployment under a workload: bench_serving's summary plus SLO attainment."""
     from tokenmill.sim import SimOptions
     from tokenmill.sim import simulate as run
+    from tokenmill.sim.runner import sglang_chunk_tokens
     from tokenmill.sim.summary import interference_loss, request_rows, simulation_summary, write_request_rows
 
     check_output("--requests-out", requests_out, (".csv", ".parquet"))
     figures = check_figures("--figure", figure)
     check_distinct_outputs([("--requests-out", requests_out), *(("--figure", p) for p in figures)])
     plan = build_plan(model, gpu, gpus, layout_flags or {})
+    if chunk_tokens is None:
+        chunk_tokens = sglang_chunk_tokens(plan.gpu)
     if chunk_tokens <= 0:
         raise TokenmillError(f"--chunk-tokens must be positive (got {chunk_tokens})")
     if max_time is not None and not 0 < max_time < math.inf:  # also refuses nan
@@ -280,6 +285,7 @@ def sweep(
 
     from tokenmill.sim import SimOptions
     from tokenmill.sim import simulate as run
+    from tokenmill.sim.runner import sglang_chunk_tokens
     from tokenmill.sim.summary import simulation_summary
     from tokenmill.workload.sustained import find_sustained_rate
 
@@ -308,7 +314,10 @@ def sweep(
             if not plan.fits:
                 raise TokenmillError(f"layout {name!r}: {plan.reason}")
             opts = SimOptions(
-                accept_length=accept_length_for(plan, accept_length), max_time_s=duration + 300.0, perf=perf
+                chunk_tokens=sglang_chunk_tokens(plan.gpu),
+                accept_length=accept_length_for(plan, accept_length),
+                max_time_s=duration + 300.0,
+                perf=perf,
             )
             entry: dict[str, Any] = {"rates": [], "concurrency": []}
             task = progress.add_task(name, total=len(rate_list) + len(conc_list) + (12 if find_sustained else 0))

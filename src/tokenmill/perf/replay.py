@@ -105,7 +105,7 @@ from tokenmill.plan.layout import Layout
 from tokenmill.plan.memory_plan import MemoryPlan
 from tokenmill.sim.executor import SimExecutor
 from tokenmill.sim.gc_pause import cyclic_gc_paused
-from tokenmill.sim.runner import SimOptions, scheduler_config_for
+from tokenmill.sim.runner import SimOptions, scheduler_config_for, sglang_chunk_tokens
 
 _Run = TypeVar("_Run")
 
@@ -162,8 +162,7 @@ def engine_policy(backend: str, gpu: GPU, layout: Layout) -> EnginePolicy:
     """The scheduling defaults of ``backend`` on ``gpu`` (see the module docstring)."""
     b = backend.lower()
     if b == "sglang":
-        chunk = 16384 if gpu.memory_sold_bytes >= 160 * 10**9 else 8192
-        return EnginePolicy(b, False, chunk)
+        return EnginePolicy(b, False, sglang_chunk_tokens(gpu))
     if b == "trtllm":
         return EnginePolicy(b, True, 8192, new_token_ratio=1.0, reserve_clip=WHOLE_OUTPUT)
     if b == "vllm":

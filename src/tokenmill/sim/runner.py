@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from tokenmill.core import Engine, Request, Scheduler, SchedulerConfig, StepOutcome
 from tokenmill.errors import TokenmillError
+from tokenmill.hardware import GPU
 from tokenmill.perf import CostModel, PerfParams
 from tokenmill.plan.layout import PrefixCache
 from tokenmill.plan.memory_plan import MemoryPlan
@@ -36,6 +37,16 @@ TRACK_SLOTS = {
     PrefixCache.NO_BUFFER: 0,
     PrefixCache.OFF: 0,
 }
+
+
+#: SGLang's ``--chunked-prefill-size`` by GPU memory (its server arguments: 8,192 on GPUs of 60 to
+#: 160 GB, 16,384 from 160 GB); the replay's SGLang policy and ``simulate``'s default both use it.
+LARGE_GPU_BYTES = 160 * 10**9
+
+
+def sglang_chunk_tokens(gpu: GPU) -> int:
+    """SGLang's default prefill chunk on ``gpu``: 16,384 tokens from 160 GB sold, else 8,192."""
+    return 16384 if gpu.memory_sold_bytes >= LARGE_GPU_BYTES else 8192
 
 
 @dataclass(frozen=True)
