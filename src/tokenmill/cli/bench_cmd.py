@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from tokenmill.cli.options import JsonOpt, check_output
-from tokenmill.cli.sim_cmd import ConcOpt, SeedOpt, TpotOpt, TtftOpt, WorkloadOpt, _print_summary, _slo
+from tokenmill.cli.traffic_options import ConcOpt, SeedOpt, TpotOpt, TtftOpt, WorkloadOpt, print_summary, slo_from_flags
 from tokenmill.errors import TokenmillError
 
 #: Multi-turn workloads are generated with more and more sessions until they hold --num-prompts turns.
@@ -131,7 +131,7 @@ def bench(
     _check("--timeout-s", timeout_s > 0 and math.isfinite(timeout_s), "a finite number > 0", timeout_s)
     _check("--tokenizer-vocab", tokenizer_vocab >= 2, "an integer >= 2", tokenizer_vocab)
     _check("--seed", seed >= 0, "an integer >= 0", seed)
-    slo = _slo(slo_ttft_ms, slo_tpot_ms)
+    slo = slo_from_flags(slo_ttft_ms, slo_tpot_ms)
     try:
         import httpx  # noqa: F401
     except ImportError:
@@ -163,7 +163,7 @@ def bench(
     if json_out:
         print(json.dumps(summary, indent=2))
         return
-    _print_summary(summary, f"{model} at {config.url}: {workload}, {len(wl.requests)} requests")
+    print_summary(summary, f"{model} at {config.url}: {workload}, {len(wl.requests)} requests")
     if summary["errors"]:
         distinct = list(dict.fromkeys(e.split(": ", 1)[1] for e in summary["errors"]))
         print(f"{len(summary['errors'])} requests failed; errors:", file=sys.stderr)

@@ -21,19 +21,21 @@ from tokenmill.cli.options import (
     parse_number_list,
     with_layout_options,
 )
+from tokenmill.cli.traffic_options import (
+    ConcOpt,
+    DurationOpt,
+    NumOpt,
+    RateOpt,
+    SeedOpt,
+    TpotOpt,
+    TtftOpt,
+    WorkloadOpt,
+    print_summary,
+    slo_from_flags,
+)
 from tokenmill.errors import TokenmillError
 from tokenmill.perf.acceptance import accept_length_for
 
-WorkloadOpt = Annotated[
-    str, typer.Option("--workload", help="fresh|long-session|random|agentic|interference|trace:PATH")
-]
-RateOpt = Annotated[float | None, typer.Option("--rate", help="Poisson arrivals per second.")]
-ConcOpt = Annotated[int | None, typer.Option("--concurrency", help="Closed loop: requests in flight.")]
-DurationOpt = Annotated[float | None, typer.Option("--duration", help="Seconds of arrivals.")]
-NumOpt = Annotated[int | None, typer.Option("--num-requests", help="Requests (sessions for agentic).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random choice.")]
-TtftOpt = Annotated[float, typer.Option("--slo-ttft-ms", help="SLO: time to first token.")]
-TpotOpt = Annotated[float, typer.Option("--slo-tpot-ms", help="SLO: mean time per output token.")]
 BackendOpt = Annotated[
     str | None,
     typer.Option(
@@ -100,32 +102,6 @@ def _print_notes(notes: list[str]) -> None:
         print(f"cost model: {note}", file=sys.stderr)
 
 
-def _slo(ttft_ms: float, tpot_ms: float) -> Any:
-    from tokenmill.workload.slo import SLO
-
-    for flag, value in (("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms)):
-        if not 0 < value < math.inf:  # also refuses nan
-            raise TokenmillError(f"{flag} must be a finite number > 0 (got {value})")
-    return SLO(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
-
-
-def _print_summary(summary: dict[str, Any], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from tokenmill.cli.tables import print_table
-
-    t = Table(title=title, show_edge=False)
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    for k, v in summary.items():
-        if isinstance(v, float):
-            t.add_row(k, f"{v:,.4f}" if abs(v) < 1 else f"{v:,.2f}")
-        elif isinstance(v, int | str):
-            t.add_row(k, f"{v:,}" if isinstance(v, int) else v)
-    print_table(Console(), t)
-
-
 @with_layout_options
 def simulate(
     model: ModelOpt = "kimi-k3",
@@ -183,7 +159,7 @@ def simulate(
         raise TokenmillError(f"--chunk-tokens must be positive (got {chunk_tokens})")
     if max_time is not None and not 0 < max_time < math.inf:  # also refuses nan
         raise TokenmillError(f"--max-time must be a finite number of seconds > 0 (got {max_time})")
-    slo = _slo(slo_ttft_ms, slo_tpot_ms)
+    slo = slo_from_flags(slo_ttft_ms, slo_tpot_ms)
     perf, notes = _perf(gpu, backend)
     options = SimOptions(
         chunk_tokens=chunk_tokens,
@@ -223,7 +199,7 @@ def simulate(
         return
     _print_notes(notes)
     for label, _, summary in runs:
-        _print_summary(summary, f"{plan.model.name} {plan.layout.describe()} ×{plan.replicas}: {label}")
+        print_summary(summary, f"{plan.model.name} {plan.layout.describe()} ×{plan.replicas}: {label}")
 
 
 def _check_sweep_sizes(rates: list[float], rate_hi: float | None, concurrencies: list[int], duration: float) -> None:
@@ -293,7 +269,7 @@ def sweep(
     latency_figures = check_figures("--latency-figure", latency_figure)
     check_distinct_outputs([*(("--figure", p) for p in figures), *(("--latency-figure", p) for p in latency_figures)])
     base = build_plan(model, gpu, gpus, layout_flags or {})
-    slo = _slo(slo_ttft_ms, slo_tpot_ms)
+    slo = slo_from_flags(slo_ttft_ms, slo_tpot_ms)
     perf, notes = _perf(gpu, backend)
     rate_list = parse_number_list(rates, "--rates", float)
     conc_list = parse_number_list(concurrencies, "--concurrencies", int)
