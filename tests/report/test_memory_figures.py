@@ -1,5 +1,5 @@
 """The planner's figures: axis labels as numbers (not the TeX matplotlib writes for a log axis,
-which the figures print as typed, since ``_pyplot`` keeps user text from being parsed as TeX), and
+which the figures print as typed, since ``figure_base.pyplot`` keeps user text from being parsed as TeX), and
 the visible-memory line named where it crosses nothing."""
 
 from __future__ import annotations

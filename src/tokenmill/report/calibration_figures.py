@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokenmill.report.memory_figures import _check_suffix, _pyplot, plain_log_labels, save
+from tokenmill.report.figure_base import check_suffix, plain_log_labels, pyplot, save
 
 ENGINE_COLORS = {"sglang": "#e15759", "vllm": "#4e79a7", "trtllm": "#59a14f"}
 TARGETS = {"ttft": 0.20, "tpot": 0.12}
@@ -77,8 +77,8 @@ def _panel(
 
 def calibration_figure(points: Sequence[ScoredPoint], path: Path, title: str = "") -> Path:
     """Write the two scatter panels (TTFT, TPOT) of ``points`` to ``path`` (.png or .svg)."""
-    _check_suffix(path)
-    plt = _pyplot()
+    check_suffix(path)
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
     engines = [p.backend for p in points]
     for ax, metric in zip(axes, ("ttft", "tpot"), strict=True):
@@ -106,8 +106,8 @@ class SplitPoint(NamedTuple):
 def tpot_split_figure(points: Sequence[SplitPoint], path: Path, title: str = "") -> Path:
     """The decode step ``d`` and the time behind other prompts ``H``, predicted against measured,
     one point per configuration, coloured by engine release (``calibrate_error_floor.py``)."""
-    _check_suffix(path)
-    plt = _pyplot()
+    check_suffix(path)
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
     releases = [p.release for p in points]
     colors = {r: ENGINE_COLORS.get(r.split()[0], "#9c755f") for r in releases}

@@ -11,13 +11,12 @@ matplotlib is imported here only, so ``tokenmill plan`` without ``--figure`` sta
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.plan.memory_plan import MemoryPlan
+from tokenmill.report.figure_base import check_suffix, plain_log_labels, pyplot, save
 from tokenmill.spec.tensors import TensorKind
 from tokenmill.units import GiB, MiB
 
@@ -50,51 +49,10 @@ _GROUPS: list[tuple[str, tuple[TensorKind, ...], str]] = [
 ]
 
 
-def _check_suffix(path: Path) -> None:
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise TokenmillError(f"--figure must end in .png or .svg (got {path.name!r})")
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    # labels carry user text (a trace's path, --label): a "$" in it is a dollar sign, not TeX that
-    # fails to parse after the run; and SVG ids are hashed from a fixed salt, so the same figure
-    # is the same file (with ``save``'s undated metadata)
-    matplotlib.rcParams["text.parse_math"] = False
-    matplotlib.rcParams["svg.hashsalt"] = "tokenmill"
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save(fig: Any, path: Path) -> None:
-    """Write a figure; an SVG without the date matplotlib would stamp in it (same input, same bytes)."""
-    metadata = {"Date": None} if path.suffix.lower() == ".svg" else None
-    fig.savefig(path, dpi=130, metadata=metadata)
-
-
-def plain_log_labels(ax: Any) -> None:
-    """Plain numbers on the log axes (matplotlib's are TeX, ``10^{3}``, which ``_pyplot`` keeps from
-    being parsed so that user text prints as typed); on a range under two decades also 2× and 5×
-    (matplotlib's own minor labels collide there)."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
-        axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-        if lo > 0 and hi / lo < 100:
-            axis.set_minor_formatter(
-                FuncFormatter(lambda x, _: f"{x:g}" if round(x / 10 ** math.floor(math.log10(x))) in (2, 5) else "")
-            )
-        else:
-            axis.set_minor_formatter(NullFormatter())
-
-
 def memory_bars(plans: Sequence[MemoryPlan], path: Path, title: str | None = None) -> Path:
     """Write the per-GPU memory bars of ``plans`` side by side."""
-    _check_suffix(path)
-    plt = _pyplot()
+    check_suffix(path)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 1.9 * len(plans) + 3.5), 6.0))
     labels = []
     tops: list[float] = []
@@ -158,10 +116,10 @@ def memory_bars(plans: Sequence[MemoryPlan], path: Path, title: str | None = Non
 
 def state_vs_cache(plan: MemoryPlan, path: Path, marks: Sequence[int] = (8500, 128000)) -> Path:
     """A request's state (S slots, flat) against its KV cache (growing), per GPU, with the crossing."""
-    _check_suffix(path)
+    check_suffix(path)
     if not plan.model.is_hybrid:
         raise TokenmillError(f"--state-figure needs a model with linear-attention layers; {plan.model.name} has none")
-    plt = _pyplot()
+    plt = pyplot()
     sizes = plan.sizes
     state_mib = (sizes.slots_per_request + sizes.spec_extra_slots) * sizes.state_slot_bytes / MiB
     per_token = sizes.kv_bytes_per_token

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenmill.report.memory_figures import _check_suffix, _pyplot, save
+from tokenmill.report.figure_base import check_suffix, pyplot, save
 
 
 def curve_figure(
@@ -27,8 +27,8 @@ def curve_figure(
     """Write the curves (per layout: its name and its ``Prediction.to_dict()`` points, any order)
     to ``path``; a legend when there are several layouts or a target (``slo``: ``ttft_ms`` and
     ``tpot_ms``, either None) is drawn."""
-    _check_suffix(path)
-    plt = _pyplot()
+    check_suffix(path)
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.6))
     levels: set[int] = set()
     decoding_any = False

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenmill.report.memory_figures import _check_suffix, _pyplot, save
+from tokenmill.report.figure_base import check_suffix, pyplot, save
 from tokenmill.sim.runner import SimulationResult
 
 
@@ -26,8 +26,8 @@ def timeline_figure(
     probe_prefix: str = "probe-",
     bin_s: float = 1.0,
 ) -> Path:
-    _check_suffix(path)
-    plt = _pyplot()
+    check_suffix(path)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
     colors = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b"]
     x_end = 0.0
@@ -72,8 +72,8 @@ def timeline_figure(
 
 
 def attainment_figure(results: dict[str, Any], path: Path, target: float, title: str = "") -> Path:
-    _check_suffix(path)
-    plt = _pyplot()
+    check_suffix(path)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     for name, entry in results["layouts"].items():
         pts = sorted(entry["rates"], key=lambda p: p["rate"])
@@ -97,8 +97,8 @@ def attainment_figure(results: dict[str, Any], path: Path, target: float, title:
 
 
 def latency_figure(results: dict[str, Any], path: Path, title: str = "") -> Path:
-    _check_suffix(path)
-    plt = _pyplot()
+    check_suffix(path)
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
     levels: set[int] = set()
     for name, entry in results["layouts"].items():
@@ -131,8 +131,8 @@ def live_vs_simulated_figure(rows: Sequence[dict[str, Any]], path: Path, title: 
 
     ``rows``: one per concurrency with ``c``, ``live_ttft``, ``sim_ttft``, ``live_tpot``, ``sim_tpot``
     (milliseconds), as ``benchmarks/bench_vs_simulate.py`` writes them."""
-    _check_suffix(path)
-    plt = _pyplot()
+    check_suffix(path)
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     pts = sorted(rows, key=lambda r: r["c"])
     xs = [r["c"] for r in pts]
