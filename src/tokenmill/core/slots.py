@@ -9,18 +9,18 @@ LIFO order (a fresh allocator hands out ``0, 1, 2, ...``; afterwards the last fr
 
 from __future__ import annotations
 
-from tokenmill.core.pages import _IdPool, _positive_int
+from tokenmill.core.id_pool import IdPool, positive_int
 
 __all__ = ["StateSlotAllocator"]
 
 
-class StateSlotAllocator(_IdPool):
+class StateSlotAllocator(IdPool):
     """Allocator of state slot ids ``0 .. num_slots - 1``."""
 
     __slots__ = ()
 
     def __init__(self, num_slots: int) -> None:
-        super().__init__(_positive_int("num_slots", num_slots), "slot")
+        super().__init__(positive_int("num_slots", num_slots), "slot")
 
     @property
     def num_slots(self) -> int:
