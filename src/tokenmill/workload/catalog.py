@@ -66,7 +66,8 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
     if name == "long-session":
         if opts.sessions * opts.turns > MAX_REQUESTS:
             raise TokenmillError(
-                f"--sessions × --turns asks for {opts.sessions * opts.turns:,} requests; "
+                f"{opts.sessions:,} session{'s' if opts.sessions != 1 else ''} × --turns {opts.turns:,} is "
+                f"{opts.sessions * opts.turns:,} requests; "
                 f"at most {MAX_REQUESTS:,} are generated"
             )
         return gen.long_sessions(
