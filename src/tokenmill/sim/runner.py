@@ -40,7 +40,8 @@ TRACK_SLOTS = {
 
 
 #: SGLang's ``--chunked-prefill-size`` by GPU memory (its server arguments: 8,192 on GPUs of 60 to
-#: 160 GB, 16,384 from 160 GB); the replay's SGLang policy and ``simulate``'s default both use it.
+#: 160 GB, 16,384 from 160 GB; less under 60 GB, which no GPU of the catalog has, and here 8,192
+#: too); the replay's SGLang policy and ``simulate``'s default both use it.
 LARGE_GPU_BYTES = 160 * 10**9
 
 
