@@ -34,7 +34,6 @@ from tokenmill.cli.traffic_options import (
     slo_from_flags,
 )
 from tokenmill.errors import TokenmillError
-from tokenmill.perf.acceptance import accept_length_for
 
 BackendOpt = Annotated[
     str | None,
@@ -144,6 +143,7 @@ def simulate(
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
     """Simulate a deployment under a workload: bench_serving's summary plus SLO attainment."""
+    from tokenmill.perf.acceptance import accept_length_for
     from tokenmill.sim import SimOptions
     from tokenmill.sim import simulate as run
     from tokenmill.sim.runner import sglang_chunk_tokens
@@ -259,6 +259,7 @@ def sweep(
     """SLO attainment against arrival rate (and latency against concurrency) for one or more layouts."""
     from rich.progress import Progress
 
+    from tokenmill.perf.acceptance import accept_length_for
     from tokenmill.sim import SimOptions
     from tokenmill.sim import simulate as run
     from tokenmill.sim.runner import sglang_chunk_tokens
