@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from tokenmill.cli import main
@@ -32,3 +36,16 @@ def answers_or_one_line(argv: list[str], prefix: str, capsys: pytest.CaptureFixt
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(prefix), err
     return code, out
+
+
+def modules_after(code: str, watched: tuple[str, ...]) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run ``code`` in a fresh interpreter; return the process and the modules it left loaded whose
+    names start with one of ``watched`` (printed last on its stderr, whether ``code`` raised or not)."""
+    body = textwrap.indent(code, "    ")
+    script = (
+        f"import sys\ntry:\n{body}\nfinally:\n"
+        f"    print(' '.join(sorted(m for m in sys.modules if m.startswith({watched!r}))), file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    return proc, lines[-1].split() if lines else []

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli_helpers import modules_after
 from tokenmill.cli import main
 from tokenmill.spec import PRESETS
 
@@ -419,15 +420,8 @@ def test_the_command_line_starts_without_loading_the_packages_its_commands_use()
     commands import what they use when they run. In the thirty-ninth session a top-level import in
     `sim_cmd` pulled in the cost model, the planner, the model specs and the hardware catalog, and
     `import tokenmill.cli` went from 0.1 s to 0.3 s."""
-    code = (
-        "import sys\n"
-        "import tokenmill.cli\n"
-        "watched = ('tokenmill', 'numpy', 'matplotlib', 'torch')\n"
-        "print(' '.join(sorted(m for m in sys.modules if m.startswith(watched))))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc, loaded = modules_after("import tokenmill.cli", ("tokenmill", "numpy", "matplotlib", "torch"))
     assert proc.returncode == 0, proc.stderr
-    loaded = proc.stdout.split()
     extra = [
         m
         for m in loaded
