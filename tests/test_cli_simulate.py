@@ -292,3 +292,16 @@ def test_a_prompt_is_chunked_at_sglangs_default_for_the_gpu(
     code, out, err = cli(capsys, *run, "--chunk-tokens", "4096")  # the flag still decides
     assert code == 0, err
     assert json.loads(out)["prefill_steps"] == 3
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_the_backend_is_read_as_predict_reads_it(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """`predict --backend SGLang` always worked; `simulate` and `sweep` refused it until the
+    thirty-ninth session. The same constants either way."""
+    work = ["--duration", "5", "--json"] if command == "simulate" else ["--rates", "1", "--duration", "5", "--json"]
+    _, lower, _ = cli(capsys, command, "--backend", "sglang", *work)
+    code, mixed, err = cli(capsys, command, "--backend", " SGLang ", *work)
+    assert code == 0, err
+    assert mixed == lower
+    code, _, err = cli(capsys, command, "--backend", "tgi", *work)
+    assert (code, err.strip()) == (2, "error: --backend must be one of sglang|vllm|trtllm|tokenmill (got 'tgi')")

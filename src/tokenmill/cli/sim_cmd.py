@@ -90,9 +90,10 @@ def _perf(gpu: str, backend: str | None) -> tuple[Any, list[str]]:
     priors without ``--backend``, the historical default: ``PRIORS_NOTE``)."""
     from tokenmill.perf.calibrated import resolve_params
 
-    if backend is not None and backend not in _BACKENDS:
+    name = None if backend is None else backend.strip().lower()  # as `predict` reads it
+    if name is not None and name not in _BACKENDS:
         raise TokenmillError(f"--backend must be one of {'|'.join(_BACKENDS)} (got {backend!r})")
-    params, notes = resolve_params(gpu, backend)
+    params, notes = resolve_params(gpu, name)
     return params, [PRIORS_NOTE if n.startswith("no --backend") else n for n in notes]
 
 
