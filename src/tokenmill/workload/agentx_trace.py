@@ -20,6 +20,7 @@ from tokenmill.workload.trace_records import (
     MAX_THINK_TIME_S,
     MAX_TRACE_SECONDS,
     Record,
+    SessionSchedule,
     capped_think,
     fail,
     json_records,
@@ -27,7 +28,6 @@ from tokenmill.workload.trace_records import (
     object_field,
     positive_token_count,
     seconds_field,
-    session_starts_for,
     trace_records,
 )
 
@@ -87,14 +87,9 @@ def agentx_workload(
     source: str,
     *,
     block_tokens: int | None,
-    session_rate: float | None,
-    session_starts: Sequence[float] | None,
-    concurrency: int | None,
-    seed: int,
-    name: str | None,
-    max_think_time_s: float,
+    schedule: SessionSchedule,
 ) -> Workload:
-    cap = check_non_negative("max_think_time_s", max_think_time_s)
+    cap = check_non_negative("max_think_time_s", schedule.max_think_time_s)
     if block_tokens is not None:
         check_int("block_tokens", block_tokens, 1)
     sessions: dict[str, tuple[list[_AgentxCall], str]] = {}
@@ -134,7 +129,7 @@ def agentx_workload(
             sessions[sid] = (calls, f"agentx:{sid}" if scope == "local" else "agentx")
     if not sessions or block is None:
         raise TokenmillError(f"{source}: no requests found")
-    starts = session_starts_for(len(sessions), session_rate, session_starts, concurrency, seed)
+    starts = schedule.starts(len(sessions))
     requests: list[RequestSpec] = []
     for (sid, (calls, scope_key)), start in zip(sessions.items(), starts, strict=True):
         for k, call in enumerate(calls):
@@ -153,10 +148,10 @@ def agentx_workload(
                 )
             )
     return Workload(
-        name=name or Path(source).stem or "agentx",
+        name=schedule.name or Path(source).stem or "agentx",
         requests=sort_sessions(requests),
         block_tokens=block,
-        concurrency=concurrency,
+        concurrency=schedule.concurrency,
     )
 
 
@@ -188,12 +183,7 @@ def load_agentx_trace(
         records,
         source,
         block_tokens=block_tokens,
-        session_rate=session_rate,
-        session_starts=session_starts,
-        concurrency=concurrency,
-        seed=seed,
-        name=name,
-        max_think_time_s=max_think_time_s,
+        schedule=SessionSchedule(session_rate, session_starts, concurrency, seed, name, max_think_time_s),
     )
 
 
@@ -214,10 +204,5 @@ def parse_agentx_lines(
         json_records(lines, source),
         source,
         block_tokens=block_tokens,
-        session_rate=session_rate,
-        session_starts=session_starts,
-        concurrency=concurrency,
-        seed=seed,
-        name=name,
-        max_think_time_s=max_think_time_s,
+        schedule=SessionSchedule(session_rate, session_starts, concurrency, seed, name, max_think_time_s),
     )

@@ -25,12 +25,12 @@ from tokenmill.workload.request import (
 from tokenmill.workload.trace_records import (
     MAX_THINK_TIME_S,
     Record,
+    SessionSchedule,
     capped_think,
     fail,
     json_records,
     list_field,
     object_field,
-    session_starts_for,
     timestamp_field,
     token_count,
     trace_records,
@@ -217,15 +217,10 @@ def otel_workload(
     source: str,
     *,
     block_tokens: int,
-    session_rate: float | None,
-    session_starts: Sequence[float] | None,
-    concurrency: int | None,
-    seed: int,
-    name: str | None,
-    max_think_time_s: float,
+    schedule: SessionSchedule,
 ) -> Workload:
     check_int("block_tokens", block_tokens, 1)
-    cap = check_non_negative("max_think_time_s", max_think_time_s)
+    cap = check_non_negative("max_think_time_s", schedule.max_think_time_s)
     grouped = _collect_otel(records)
     calls_by_session: dict[str, list[_Call]] = {}
     for sid, spans in grouped.items():
@@ -243,7 +238,7 @@ def otel_workload(
             calls_by_session[sid] = calls
     if not calls_by_session:
         raise TokenmillError(f"{source}: no LLM calls found (spans with gen_ai.operation.name = 'chat')")
-    starts = session_starts_for(len(calls_by_session), session_rate, session_starts, concurrency, seed)
+    starts = schedule.starts(len(calls_by_session))
     requests: list[RequestSpec] = []
     for (sid, calls), start in zip(calls_by_session.items(), starts, strict=True):
         stream = 0
@@ -264,10 +259,10 @@ def otel_workload(
                 )
             )
     return Workload(
-        name=name or Path(source).stem or "otel",
+        name=schedule.name or Path(source).stem or "otel",
         requests=sort_sessions(requests),
         block_tokens=block_tokens,
-        concurrency=concurrency,
+        concurrency=schedule.concurrency,
     )
 
 
@@ -307,12 +302,7 @@ def load_otel_trace(
         records,
         source,
         block_tokens=block_tokens,
-        session_rate=session_rate,
-        session_starts=session_starts,
-        concurrency=concurrency,
-        seed=seed,
-        name=name,
-        max_think_time_s=max_think_time_s,
+        schedule=SessionSchedule(session_rate, session_starts, concurrency, seed, name, max_think_time_s),
     )
 
 
@@ -333,10 +323,5 @@ def parse_otel_lines(
         json_records(lines, source),
         source,
         block_tokens=block_tokens,
-        session_rate=session_rate,
-        session_starts=session_starts,
-        concurrency=concurrency,
-        seed=seed,
-        name=name,
-        max_think_time_s=max_think_time_s,
+        schedule=SessionSchedule(session_rate, session_starts, concurrency, seed, name, max_think_time_s),
     )

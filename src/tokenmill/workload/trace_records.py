@@ -13,6 +13,7 @@ import importlib
 import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -205,3 +206,22 @@ def session_starts_for(
 
 def capped_think(gap: float, cap: float) -> float:
     return min(max(gap, 0.0), cap)
+
+
+@dataclass(frozen=True)
+class SessionSchedule:
+    """How a trace's sessions are replayed, the options every loader takes: their starts (a Poisson
+    ``session_rate``, given ``session_starts``, or a closed loop of ``concurrency``; together at
+    t = 0 otherwise), the ``seed`` of those starts, the workload's ``name`` and the cap on a
+    recorded think time."""
+
+    session_rate: float | None = None
+    session_starts: Sequence[float] | None = None
+    concurrency: int | None = None
+    seed: int = 0
+    name: str | None = None
+    max_think_time_s: float = MAX_THINK_TIME_S
+
+    def starts(self, count: int) -> list[float | None]:
+        """First-send time of each of ``count`` sessions (``None`` in closed loop)."""
+        return session_starts_for(count, self.session_rate, self.session_starts, self.concurrency, self.seed)

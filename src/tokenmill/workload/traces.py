@@ -21,13 +21,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.workload.agentx_trace import agentx_workload, load_agentx_trace, parse_agentx_lines
 from tokenmill.workload.otel_trace import load_otel_trace, otel_workload, parse_otel_lines
 from tokenmill.workload.request import Workload
-from tokenmill.workload.trace_records import MAX_THINK_TIME_S, trace_records
+from tokenmill.workload.trace_records import MAX_THINK_TIME_S, SessionSchedule, trace_records
 
 __all__ = [
     "MAX_THINK_TIME_S",
@@ -60,14 +59,7 @@ def load_trace(
     if first is None:
         raise TokenmillError(f"{source}: no requests found (the trace is empty)")
     chained = itertools.chain([first], records)
-    options: dict[str, Any] = {
-        "session_rate": rate,
-        "session_starts": session_starts,
-        "concurrency": concurrency,
-        "seed": seed,
-        "name": name,
-        "max_think_time_s": max_think_time_s,
-    }
+    schedule = SessionSchedule(rate, session_starts, concurrency, seed, name, max_think_time_s)
     if isinstance(first[1], dict) and "requests" in first[1] and "spans" not in first[1]:
-        return agentx_workload(chained, source, block_tokens=block_tokens, **options)
-    return otel_workload(chained, source, block_tokens=64 if block_tokens is None else block_tokens, **options)
+        return agentx_workload(chained, source, block_tokens=block_tokens, schedule=schedule)
+    return otel_workload(chained, source, block_tokens=64 if block_tokens is None else block_tokens, schedule=schedule)
