@@ -246,8 +246,7 @@ def draw(rows: list[dict[str, Any]], figure: Path, title: str) -> None:
     from tokenmill.report.sim_figures import live_vs_simulated_figure
 
     figure.parent.mkdir(parents=True, exist_ok=True)
-    live_vs_simulated_figure(rows, figure, title)
-    live_vs_simulated_figure(rows, figure.with_suffix(".svg"), title)
+    live_vs_simulated_figure(rows, [figure, figure.with_suffix(".svg")], title)
 
 
 if __name__ == "__main__":

@@ -177,7 +177,7 @@ def evaluate(
         from tokenmill.report.calibration_figures import calibration_figure
 
         title = f"tokenmill predictions against {measurements.name}: {len(points)} fully specified rows"
-        result["figures"] = [str(calibration_figure(points, path, title)) for path in figures]
+        result["figures"] = [str(p) for p in calibration_figure(points, figures, title)]
     if json_out:
         print(json.dumps(result, indent=2))
         return

@@ -152,13 +152,11 @@ def plan(
     if figures:
         from tokenmill.report.memory_figures import memory_bars
 
-        for path in figures:
-            memory_bars([result, *others], path)
+        memory_bars([result, *others], figures)
     if state_figures:
         from tokenmill.report.memory_figures import state_vs_cache
 
-        for path in state_figures:
-            state_vs_cache(result, path)
+        state_vs_cache(result, state_figures)
     if json_out:
         out = result.to_dict()
         if others:

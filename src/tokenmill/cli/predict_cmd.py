@@ -224,7 +224,7 @@ def predict(
     if figures:
         from tokenmill.report.prediction_figures import curve_figure
 
-        written = [str(curve_figure(curves, path, title, slo)) for path in figures]
+        written = [str(p) for p in curve_figure(curves, figures, title, slo)]
     if json_out:
         if len(named) > 1:
             out: dict[str, Any] = {"layouts": [{"name": name, "points": curve} for name, curve in curves]}

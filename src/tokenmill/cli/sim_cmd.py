@@ -188,12 +188,11 @@ def simulate(
     if figures:
         from tokenmill.report.sim_figures import timeline_figure
 
-        for path in figures:
-            timeline_figure(
-                [(label, res) for label, res, _ in runs],
-                path,
-                title=f"{plan.model.name} {plan.layout.describe()} on {gpus}×{plan.gpu.name}: {workload}",
-            )
+        timeline_figure(
+            [(label, res) for label, res, _ in runs],
+            figures,
+            title=f"{plan.model.name} {plan.layout.describe()} on {gpus}×{plan.gpu.name}: {workload}",
+        )
     if json_out:
         out: Any = runs[0][2] if len(runs) == 1 else {label: s for label, _, s in runs}
         print(json.dumps(out, indent=2, sort_keys=False))
@@ -351,13 +350,11 @@ def sweep(
     if figures:
         from tokenmill.report.sim_figures import attainment_figure
 
-        for path in figures:
-            attainment_figure(results, path, target, title=title)
+        attainment_figure(results, figures, target, title=title)
     if latency_figures:
         from tokenmill.report.sim_figures import latency_figure as draw
 
-        for path in latency_figures:
-            draw(results, path, title=title)
+        draw(results, latency_figures, title=title)
     if json_out:
         print(json.dumps(results, indent=2))
         return

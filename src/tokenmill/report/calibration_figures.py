@@ -8,12 +8,11 @@ TTFT, ±12 % for TPOT), so how the errors spread, and for which engine, is visib
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokenmill.report.figure_base import check_suffix, plain_log_labels, pyplot, save
+from tokenmill.report.figure_base import FigurePaths, figure_paths, plain_log_labels, pyplot, save
 
 ENGINE_COLORS = {"sglang": "#e15759", "vllm": "#4e79a7", "trtllm": "#59a14f"}
 TARGETS = {"ttft": 0.20, "tpot": 0.12}
@@ -75,9 +74,9 @@ def _panel(
     ax.grid(True, which="major", alpha=0.25)
 
 
-def calibration_figure(points: Sequence[ScoredPoint], path: Path, title: str = "") -> Path:
+def calibration_figure(points: Sequence[ScoredPoint], path: FigurePaths, title: str = "") -> FigurePaths:
     """Write the two scatter panels (TTFT, TPOT) of ``points`` to ``path`` (.png or .svg)."""
-    check_suffix(path)
+    figure_paths(path)
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
     engines = [p.backend for p in points]
@@ -103,10 +102,10 @@ class SplitPoint(NamedTuple):
     pred_behind_ms: float
 
 
-def tpot_split_figure(points: Sequence[SplitPoint], path: Path, title: str = "") -> Path:
+def tpot_split_figure(points: Sequence[SplitPoint], path: FigurePaths, title: str = "") -> FigurePaths:
     """The decode step ``d`` and the time behind other prompts ``H``, predicted against measured,
     one point per configuration, coloured by engine release (``calibrate_error_floor.py``)."""
-    check_suffix(path)
+    figure_paths(path)
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
     releases = [p.release for p in points]

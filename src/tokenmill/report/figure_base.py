@@ -8,17 +8,26 @@ matplotlib is imported inside ``pyplot`` only, so a command that draws nothing n
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tokenmill.errors import TokenmillError
 
-__all__ = ["check_suffix", "plain_log_labels", "pyplot", "save"]
+__all__ = ["FigurePaths", "figure_paths", "plain_log_labels", "pyplot", "save"]
+
+#: Where one figure goes: a file, or several (``--figure a.png --figure a.svg``: drawn once, saved
+#: to each); a drawing function returns what it was given.
+FigurePaths = TypeVar("FigurePaths", Path, Sequence[Path])
 
 
-def check_suffix(path: Path) -> None:
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise TokenmillError(f"--figure must end in .png or .svg (got {path.name!r})")
+def figure_paths(path: Path | Sequence[Path]) -> list[Path]:
+    """The files of one figure, each checked to end in .png or .svg (before anything is drawn)."""
+    paths = [path] if isinstance(path, Path) else list(path)
+    for p in paths:
+        if p.suffix.lower() not in (".png", ".svg"):
+            raise TokenmillError(f"--figure must end in .png or .svg (got {p.name!r})")
+    return paths
 
 
 def pyplot() -> Any:
@@ -35,10 +44,12 @@ def pyplot() -> Any:
     return plt
 
 
-def save(fig: Any, path: Path) -> None:
-    """Write a figure; an SVG without the date matplotlib would stamp in it (same input, same bytes)."""
-    metadata = {"Date": None} if path.suffix.lower() == ".svg" else None
-    fig.savefig(path, dpi=130, metadata=metadata)
+def save(fig: Any, path: Path | Sequence[Path]) -> None:
+    """Write a figure to each of its files; an SVG without the date matplotlib would stamp in it
+    (same input, same bytes)."""
+    for p in figure_paths(path):
+        metadata = {"Date": None} if p.suffix.lower() == ".svg" else None
+        fig.savefig(p, dpi=130, metadata=metadata)
 
 
 def plain_log_labels(ax: Any) -> None:

@@ -12,11 +12,10 @@ matplotlib is imported here only, so ``tokenmill plan`` without ``--figure`` sta
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from tokenmill.errors import TokenmillError
 from tokenmill.plan.memory_plan import MemoryPlan
-from tokenmill.report.figure_base import check_suffix, plain_log_labels, pyplot, save
+from tokenmill.report.figure_base import FigurePaths, figure_paths, plain_log_labels, pyplot, save
 from tokenmill.spec.tensors import TensorKind
 from tokenmill.units import GiB, MiB
 
@@ -49,9 +48,9 @@ _GROUPS: list[tuple[str, tuple[TensorKind, ...], str]] = [
 ]
 
 
-def memory_bars(plans: Sequence[MemoryPlan], path: Path, title: str | None = None) -> Path:
+def memory_bars(plans: Sequence[MemoryPlan], path: FigurePaths, title: str | None = None) -> FigurePaths:
     """Write the per-GPU memory bars of ``plans`` side by side."""
-    check_suffix(path)
+    figure_paths(path)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 1.9 * len(plans) + 3.5), 6.0))
     labels = []
@@ -114,9 +113,9 @@ def memory_bars(plans: Sequence[MemoryPlan], path: Path, title: str | None = Non
     return path
 
 
-def state_vs_cache(plan: MemoryPlan, path: Path, marks: Sequence[int] = (8500, 128000)) -> Path:
+def state_vs_cache(plan: MemoryPlan, path: FigurePaths, marks: Sequence[int] = (8500, 128000)) -> FigurePaths:
     """A request's state (S slots, flat) against its KV cache (growing), per GPU, with the crossing."""
-    check_suffix(path)
+    figure_paths(path)
     if not plan.model.is_hybrid:
         raise TokenmillError(f"--state-figure needs a model with linear-attention layers; {plan.model.name} has none")
     plt = pyplot()

@@ -12,22 +12,21 @@ speed per user it allows (left, meet it to its right), the TTFT bound on the rig
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from tokenmill.report.figure_base import check_suffix, pyplot, save
+from tokenmill.report.figure_base import FigurePaths, figure_paths, pyplot, save
 
 
 def curve_figure(
     curves: Sequence[tuple[str, Sequence[dict[str, Any]]]],
-    path: Path,
+    path: FigurePaths,
     title: str = "",
     slo: dict[str, float | None] | None = None,
-) -> Path:
+) -> FigurePaths:
     """Write the curves (per layout: its name and its ``Prediction.to_dict()`` points, any order)
     to ``path``; a legend when there are several layouts or a target (``slo``: ``ttft_ms`` and
     ``tpot_ms``, either None) is drawn."""
-    check_suffix(path)
+    figure_paths(path)
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.6))
     levels: set[int] = set()

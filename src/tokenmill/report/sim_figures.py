@@ -11,22 +11,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from tokenmill.report.figure_base import check_suffix, pyplot, save
+from tokenmill.report.figure_base import FigurePaths, figure_paths, pyplot, save
 from tokenmill.sim.runner import SimulationResult
 
 
 def timeline_figure(
     runs: Sequence[tuple[str, SimulationResult]],
-    path: Path,
+    path: FigurePaths,
     title: str = "",
     stream_prefix: str = "stream-",
     probe_prefix: str = "probe-",
     bin_s: float = 1.0,
-) -> Path:
-    check_suffix(path)
+) -> FigurePaths:
+    figure_paths(path)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
     colors = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b"]
@@ -71,8 +70,8 @@ def timeline_figure(
     return path
 
 
-def attainment_figure(results: dict[str, Any], path: Path, target: float, title: str = "") -> Path:
-    check_suffix(path)
+def attainment_figure(results: dict[str, Any], path: FigurePaths, target: float, title: str = "") -> FigurePaths:
+    figure_paths(path)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     for name, entry in results["layouts"].items():
@@ -96,8 +95,8 @@ def attainment_figure(results: dict[str, Any], path: Path, target: float, title:
     return path
 
 
-def latency_figure(results: dict[str, Any], path: Path, title: str = "") -> Path:
-    check_suffix(path)
+def latency_figure(results: dict[str, Any], path: FigurePaths, title: str = "") -> FigurePaths:
+    figure_paths(path)
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
     levels: set[int] = set()
@@ -126,12 +125,12 @@ def latency_figure(results: dict[str, Any], path: Path, title: str = "") -> Path
     return path
 
 
-def live_vs_simulated_figure(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
+def live_vs_simulated_figure(rows: Sequence[dict[str, Any]], path: FigurePaths, title: str = "") -> FigurePaths:
     """Mean TPOT and TTFT against concurrency: the live server (with a ±20 % band) and the simulator.
 
     ``rows``: one per concurrency with ``c``, ``live_ttft``, ``sim_ttft``, ``live_tpot``, ``sim_tpot``
     (milliseconds), as ``benchmarks/bench_vs_simulate.py`` writes them."""
-    check_suffix(path)
+    figure_paths(path)
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     pts = sorted(rows, key=lambda r: r["c"])
