@@ -147,16 +147,13 @@ def simulate(
     from tokenmill.perf.acceptance import accept_length_for
     from tokenmill.sim import SimOptions
     from tokenmill.sim import simulate as run
-    from tokenmill.sim.runner import sglang_chunk_tokens
     from tokenmill.sim.summary import interference_loss, request_rows, simulation_summary, write_request_rows
 
     check_output("--requests-out", requests_out, (".csv", ".parquet"))
     figures = check_figures("--figure", figure)
     check_distinct_outputs([("--requests-out", requests_out), *(("--figure", p) for p in figures)])
     plan = build_plan(model, gpu, gpus, layout_flags or {})
-    if chunk_tokens is None:
-        chunk_tokens = sglang_chunk_tokens(plan.gpu)
-    if chunk_tokens <= 0:
+    if chunk_tokens is not None and chunk_tokens <= 0:
         raise TokenmillError(f"--chunk-tokens must be positive (got {chunk_tokens})")
     if max_time is not None and not 0 < max_time < math.inf:  # also refuses nan
         raise TokenmillError(f"--max-time must be a finite number of seconds > 0 (got {max_time})")
@@ -262,7 +259,6 @@ def sweep(
     from tokenmill.perf.acceptance import accept_length_for
     from tokenmill.sim import SimOptions
     from tokenmill.sim import simulate as run
-    from tokenmill.sim.runner import sglang_chunk_tokens
     from tokenmill.sim.summary import simulation_summary
     from tokenmill.workload.sustained import find_sustained_rate
 
@@ -291,7 +287,6 @@ def sweep(
             if not plan.fits:
                 raise TokenmillError(f"layout {name!r}: {plan.reason}")
             opts = SimOptions(
-                chunk_tokens=sglang_chunk_tokens(plan.gpu),
                 accept_length=accept_length_for(plan, accept_length),
                 max_time_s=duration + 300.0,
                 perf=perf,

@@ -52,7 +52,9 @@ def sglang_chunk_tokens(gpu: GPU) -> int:
 
 @dataclass(frozen=True)
 class SimOptions:
-    chunk_tokens: int = 16384  # one scheduler's (one attention-DP rank's) prefill budget per step
+    # one scheduler's (one attention-DP rank's) prefill budget per step; None: SGLang's default for
+    # the plan's GPU (``sglang_chunk_tokens``)
+    chunk_tokens: int | None = None
     accept_length: float = 1.0  # tokens accepted per verify pass under speculation
     mixed_chunk: bool = False
     max_time_s: float | None = None  # stop the clock here; unfinished requests count as failed
@@ -110,7 +112,8 @@ def scheduler_config_for(plan: MemoryPlan, options: SimOptions) -> SchedulerConf
         page_tokens=page_tokens,
         num_state_slots=plan.state_slots if hybrid else 0,
         max_running_requests=plan.max_running_requests,
-        chunk_tokens=options.chunk_tokens * lay.dp_attention,
+        chunk_tokens=(sglang_chunk_tokens(plan.gpu) if options.chunk_tokens is None else options.chunk_tokens)
+        * lay.dp_attention,
         prefill_ranks=lay.dp_attention,
         track_slots_per_request=TRACK_SLOTS[lay.prefix_cache] if hybrid else 0,
         prefix_cache=lay.prefix_cache is not PrefixCache.OFF,
