@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenmill.errors import TokenmillError
+from tokenmill.workload import trace_records
 from tokenmill.workload.request import Workload, content_block_id
 from tokenmill.workload.traces import (
     load_agentx_trace,
@@ -248,6 +249,30 @@ def test_load_trace_detects_the_format(tmp_path: Path) -> None:
     marked = tmp_path / "bom.jsonl"  # saved by an editor that marks UTF-8 with a byte-order mark
     marked.write_bytes(b"\xef\xbb\xbf" + (FIXTURES / "agentx.jsonl").read_bytes())
     assert load_trace(marked).requests == load_agentx_trace(FIXTURES / "agentx.jsonl").requests
+
+
+def test_a_jsonl_trace_is_read_line_by_line_and_a_line_past_the_limit_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader streams: a file with no line end (``/dev/zero``, a binary dump) used to be read
+    whole into memory, and ended in a ``MemoryError``. The limit is lowered here to keep it quick;
+    a line of exactly the limit, with its line end, still reads."""
+    text = (FIXTURES / "agentx.jsonl").read_bytes()
+    longest = max(len(line) for line in text.split(b"\n"))
+    monkeypatch.setattr(trace_records, "MAX_LINE_BYTES", longest)
+    assert load_trace(FIXTURES / "agentx.jsonl").requests == load_agentx_trace(FIXTURES / "agentx.jsonl").requests
+    crlf = tmp_path / "crlf.jsonl"  # saved on Windows
+    crlf.write_bytes(text.replace(b"\n", b"\r\n"))
+    monkeypatch.setattr(trace_records, "MAX_LINE_BYTES", longest + 1)
+    assert load_trace(crlf).requests == load_agentx_trace(FIXTURES / "agentx.jsonl").requests
+    monkeypatch.setattr(trace_records, "MAX_LINE_BYTES", longest - 1)
+    with pytest.raises(TokenmillError, match=r"agentx.jsonl:\d+: a line longer than [0-9.,]+ MiB; a JSONL trace"):
+        load_trace(FIXTURES / "agentx.jsonl")
+    zeros = Path("/dev/zero")
+    if zeros.exists():
+        monkeypatch.setattr(trace_records, "MAX_LINE_BYTES", 2**20)
+        with pytest.raises(TokenmillError, match=r"^/dev/zero:1: a line longer than 1 MiB"):
+            load_trace(zeros)
 
 
 # ------------------------------------------------------------------ Parquet

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tokenmill.errors import TokenmillError
+from tokenmill.units import MiB, fmt_mib
 from tokenmill.workload._checks import MAX_TOKENS, check_int, check_non_negative, show
 from tokenmill.workload.arrivals import poisson_arrivals
 
@@ -55,17 +56,39 @@ def json_records(lines: Iterable[str], source: str) -> Iterator[Record]:
         yield loc, value
 
 
+#: The longest line a JSONL trace may have. A line is one record (an AgentX call or an OpenTelemetry
+#: session, a few MB at most in the public traces); past this the file is not a JSONL trace (a JSON
+#: document on one line, a binary file, /dev/zero), and reading on would only run out of memory.
+MAX_LINE_BYTES = 256 * MiB
+
+
 def _file_lines(path: Path) -> Iterator[str]:
+    """The file's lines, read one at a time: memory holds the parsed records, not the file."""
     try:
-        data = path.read_bytes()
+        handle = path.open("rb")
     except OSError as exc:
         raise TokenmillError(f"{path}: cannot read the trace ({one_line(exc.strerror or str(exc))})") from None
-    data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark, as some editors save UTF-8
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise TokenmillError(f"{path}:{number}: not valid UTF-8") from None
+    with handle:
+        number = 0
+        while True:
+            try:
+                raw = handle.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise TokenmillError(f"{path}: cannot read the trace ({one_line(exc.strerror or str(exc))})") from None
+            if not raw:
+                return
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise TokenmillError(
+                    f"{path}:{number}: a line longer than {fmt_mib(MAX_LINE_BYTES, 0)}; "
+                    "a JSONL trace holds one JSON record per line"
+                )
+            if number == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark, as some editors save UTF-8
+            try:
+                yield raw.rstrip(b"\r\n").decode("utf-8")
+            except UnicodeDecodeError:
+                raise TokenmillError(f"{path}:{number}: not valid UTF-8") from None
 
 
 def _parquet_records(path: Path, columns: Sequence[str] | None = None) -> Iterator[Record]:
