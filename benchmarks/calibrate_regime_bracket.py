@@ -21,7 +21,11 @@ group's best offset (the median of measured − predicted) or factor (the median
 predicted) applied, what median error is left. The fourth gives the best the share itself can do:
 one share per engine, per engine and model, or per engine, model and GPU, each chosen (on a grid
 of 0.05) to minimise its group's median TTFT error on the group's own rows, an in-sample bound on
-what any rule for the share could reach.
+what any rule for the share could reach. The fifth does the same per engine and per band of
+``k``, the steps of prefill a wave's prompts fill (``replay.wave_prompt_steps``: lanes per rank ×
+ISL ÷ the engine's prefill budget), beside the lock-step weight the shipped constants give at the
+band's median ``k`` (``replay.lock_step_weight``): how the weight the rows ask for grows with a
+wave's prompts (docs/perf.md §3, "The lanes' jitter").
 """
 
 from __future__ import annotations
@@ -122,6 +126,57 @@ def _best_shares(
     return out
 
 
+#: Bands of a wave's prompt steps k (upper bounds) for the fifth table.
+STEP_BANDS = (
+    (1.0, "k ≤ 1"),
+    (2.0, "1–2"),
+    (4.0, "2–4"),
+    (8.0, "4–8"),
+    (16.0, "8–16"),
+    (32.0, "16–32"),
+    (64.0, "32–64"),
+    (math.inf, "> 64"),
+)
+
+
+def _prompt_steps(row: dict[str, str]) -> float | None:
+    """``k`` of an aggregated row as the replay computes it (None where its GPU is not in the catalog)."""
+    from tokenmill.errors import TokenmillError
+    from tokenmill.hardware import load_gpu
+    from tokenmill.perf.replay import wave_prompt_steps
+    from tokenmill.sim.runner import sglang_chunk_tokens
+
+    try:
+        gpu = load_gpu(row["system"].removesuffix("_sxm"))
+    except TokenmillError:
+        return None
+    chunk = sglang_chunk_tokens(gpu) if row["backend"] == "sglang" else 8192
+    dp = int(row.get("attention_dp_size") or 1)
+    return wave_prompt_steps(int(row["batch_size"]), dp, int(row["isl"]), chunk)
+
+
+def _by_prompt_steps(
+    pts: list[tuple[str, float, float, float, float]], params: Path
+) -> dict[tuple[str, str], tuple[int, float, float, float]]:
+    """(engine, band of k) → (rows, the band's best share on a 0.05 grid, its median k, the shipped
+    constants' lock-step weight at that k), from (engine, k, measured, lock step, drifted)."""
+    from tokenmill.perf.calibrated import load_table
+    from tokenmill.perf.replay import lock_step_weight
+
+    table = load_table(params)
+    groups: dict[tuple[str, str], list[tuple[str, float, float, float, float]]] = defaultdict(list)
+    for p in pts:
+        groups[(p[0], next(name for top, name in STEP_BANDS if p[1] <= top))].append(p)
+    order = {name: i for i, (_, name) in enumerate(STEP_BANDS)}
+    out = {}
+    for key in sorted(groups, key=lambda k: (k[0], order[k[1]])):
+        v = groups[key]
+        best = min(SHARE_GRID, key=lambda s: statistics.median(_ape(s * p[3] + (1 - s) * p[4], p[2]) for p in v))
+        k = statistics.median(p[1] for p in v)
+        out[key] = (len(v), best, k, lock_step_weight(table.resolve("h100", key[0])[0], k))
+    return out
+
+
 def _band(queued_share: float) -> str:
     return next(name for top, name in QUEUED_BANDS if queued_share < top)
 
@@ -158,11 +213,16 @@ def main() -> None:
     little: dict[str, list[tuple[str, str, float, float]]] = defaultdict(list)
     # (engine, model, GPU, measured, lock step, drifted) of every row
     regimes: list[tuple[str, str, str, float, float, float]] = []
+    # (engine, a wave's prompt steps, measured, lock step, drifted) of every row
+    stepped: list[tuple[str, float, float, float, float]] = []
     for r in rows:
         if r["id"] in preds and r.get("silicon_ttft_ms"):
             t, q, lk, dr = preds[r["id"]]
             by_engine[r["backend"]].append((float(r["silicon_ttft_ms"]), t, q, lk, dr))
             regimes.append((r["backend"], r["model_path"], r["system"], float(r["silicon_ttft_ms"]), lk, dr))
+            k = _prompt_steps(r)
+            if k is not None:
+                stepped.append((r["backend"], k, float(r["silicon_ttft_ms"]), lk, dr))
             if q / t < QUEUED_BANDS[0][0]:
                 little[r["backend"]].append((r["model_path"], r["system"], float(r["silicon_ttft_ms"]), t))
     by_engine["all"] = [x for k in sorted(by_engine) for x in by_engine[k]]
@@ -196,6 +256,7 @@ def main() -> None:
         }
     fixed = {engine: _fixed_cost(pts) for engine, pts in sorted(little.items())}
     shares = _best_shares(regimes)
+    steps = _by_prompt_steps(stepped, args.params)
     if args.json:
         best = {
             name: {
@@ -205,7 +266,17 @@ def main() -> None:
             }
             for name, (n, e, each) in shares.items()
         }
-        out = {"bracket": table, "by_queued_share": queued, "little_queued_fixed_cost": fixed, "best_share_per": best}
+        by_steps = {
+            f"{e} | {band}": {"rows": n, "best_share": b, "median_k": k, "shipped_weight": w}
+            for (e, band), (n, b, k, w) in steps.items()
+        }
+        out = {
+            "bracket": table,
+            "by_queued_share": queued,
+            "little_queued_fixed_cost": fixed,
+            "best_share_per": best,
+            "best_share_by_prompt_steps": by_steps,
+        }
         print(json.dumps(out, indent=2))
         return
     print("| engine | rows | above both | measured ÷ the higher | below both | measured ÷ the lower | between |")
@@ -250,6 +321,11 @@ def main() -> None:
     print("|---|---|---:|---:|")
     for (engine, model), (n, b) in shares["engine and model"][2].items():
         print(f"| {engine} | {model} | {n:,} | {b:.2f} |")
+    print()
+    print("| engine | a wave's prompt steps k | rows | best share | median k | shipped lock-step weight there |")
+    print("|---|---|---:|---:|---:|---:|")
+    for (engine, band), (n, b, k, w) in steps.items():
+        print(f"| {engine} | {band} | {n:,} | {b:.2f} | {k:.2f} | {w:.2f} |")
 
 
 if __name__ == "__main__":

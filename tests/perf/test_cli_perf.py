@@ -244,8 +244,14 @@ def test_predict_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert parts["step_lag"] == pytest.approx(d["params"]["first_token_steps"] * d["tpot_ms"], abs=2e-3)
     assert sum(parts.values()) == pytest.approx(d["ttft_ms"], abs=2e-3)
     assert parts["front_end"] == pytest.approx(d["params"]["request_latency_s"] * 1e3, abs=1e-3)
-    share = d["burst_share"]
-    assert share == d["params"]["burst_share"]
+    # the regimes weigh by the burst share and the jitter: four lanes of 8,400-token prompts fill
+    # 4 × 8,400 / 16,384 (SGLang's prefill chunk on a B300) steps a wave
+    assert d["burst_share"] == d["params"]["burst_share"]
+    assert d["burst_jitter_steps"] == d["params"]["burst_jitter_steps"]
+    k = 4 * 8400 / 16384
+    assert d["wave_prompt_steps"] == pytest.approx(k, abs=1e-3)
+    share = d["burst_share"] * k / (k + d["burst_jitter_steps"])
+    assert d["lock_step_weight"] == pytest.approx(share, abs=1e-4)
     reg = d["ttft_regimes_ms"]
     assert d["ttft_ms"] == pytest.approx(share * reg["lock_step"] + (1 - share) * reg["drifted"], abs=2e-3)
     # the shipped bands: B300 under SGLang is one model's campaign (31 DeepSeek-V3 rows), so the band
@@ -943,7 +949,9 @@ def test_the_table_says_where_the_first_token_goes(capsys: pytest.CaptureFixture
     text = " ".join(out.split())
     assert code == 0
     assert "ms front end +" in text and "ms queued for admission +" in text and "ms admission to first token" in text
-    assert "lanes in lock step: TTFT" in text and "(sglang's fitted burst share)" in text
+    assert "lanes in lock step: TTFT" in text and "(sglang's fitted burst share" in text
+    # 64 lanes of 4,000-token prompts fill 64 × 4,000 / 8,192 (an H100's SGLang chunk) steps a wave
+    assert "a wave's prompts fill 31.25 prefill steps" in text
     code, js, _ = cli(capsys, *base, "--concurrency", "64", "--json")
     d = json.loads(js)
     assert d["ttft_split_ms"]["queued"] > 0 and d["ttft_regimes_ms"]["lock_step"] > d["ttft_regimes_ms"]["drifted"]

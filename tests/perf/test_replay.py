@@ -14,7 +14,15 @@ from tokenmill.perf import CostModel, PerfParams, replay
 from tokenmill.perf.batch import BatchShape
 from tokenmill.perf.calibrated import load_table
 from tokenmill.perf.forked import Forked, can_fork
-from tokenmill.perf.replay import PARALLEL_LANES, closed_loop, engine_policy, replay_aggregated, worth_forking
+from tokenmill.perf.replay import (
+    PARALLEL_LANES,
+    closed_loop,
+    engine_policy,
+    lock_step_weight,
+    replay_aggregated,
+    wave_prompt_steps,
+    worth_forking,
+)
 from tokenmill.perf.replay_disaggregated import replay_disaggregated
 from tokenmill.perf.roofline import Features, combine, total_seconds
 from tokenmill.plan import Layout, plan_memory
@@ -54,17 +62,26 @@ def test_recorded_weights_reproduce_the_means(backend: str) -> None:
     res = replay_aggregated(PLAN, backend, 1500, 300, 8, PARAMS, record=True)
     rec = res.recorded
     assert rec is not None
-    t = total_seconds(combine(Features(*rec.features.T), PARAMS, np.maximum)) * rec.mix(PARAMS.burst_share)
+    # eight lanes of 1,500-token prompts fill 8 × 1,500 / 8,192 steps a wave (an H100's budget)
+    assert rec.prompt_steps == res.prompt_steps == pytest.approx(8 * 1500 / 8192)
+    t = total_seconds(combine(Features(*rec.features.T), PARAMS, np.maximum)) * rec.mix(res.lock_step)
     tpot = float(rec.tpot_w @ t)
     assert tpot == pytest.approx(res.tpot_s, rel=1e-9)
     # the step lag comes on top of the weighed steps: first_token_steps × the TPOT
     assert float(rec.ttft_w @ t) + PARAMS.first_token_steps * tpot == pytest.approx(res.ttft_s, rel=1e-9)
     # and they still predict the replay when the constants change (the step sequence is fixed)
     other = PARAMS.updated(
-        matmul_efficiency=0.3, step_overhead_s=4e-3, request_latency_s=0.05, burst_share=0.2, first_token_steps=3.5
+        matmul_efficiency=0.3,
+        step_overhead_s=4e-3,
+        request_latency_s=0.05,
+        burst_share=0.2,
+        burst_jitter_steps=7.0,
+        first_token_steps=3.5,
     )
     again = replay_aggregated(PLAN, backend, 1500, 300, 8, other)
-    t2 = total_seconds(combine(Features(*rec.features.T), other, np.maximum)) * rec.mix(other.burst_share)
+    k = 8 * 1500 / 8192
+    assert again.lock_step == pytest.approx(0.2 * k / (k + 7.0))
+    t2 = total_seconds(combine(Features(*rec.features.T), other, np.maximum)) * rec.mix(again.lock_step)
     tpot2 = float(rec.tpot_w @ t2)
     assert tpot2 == pytest.approx(again.tpot_s, rel=1e-6)
     assert float(rec.ttft_w @ t2) + 3.5 * tpot2 == pytest.approx(again.ttft_s, rel=1e-6)
@@ -243,7 +260,7 @@ def test_lanes_in_lock_step_queue_one_prompt_step_behind_another() -> None:
     every wave's four prompts arrive together and are prefilled one per step, decoding waiting
     (prefill first), so the k-th waits k − 1 prefill steps: queued (0 + 1 + 2 + 3) / 4 = 1.5
     steps, first token 2.5 steps after the send."""
-    params = PerfParams(request_latency_s=0.02, burst_share=1.0, first_token_steps=0.0)
+    params = PerfParams(request_latency_s=0.02, burst_share=1.0, burst_jitter_steps=0.0, first_token_steps=0.0)
     assert engine_policy("sglang", H100, PLAN.layout).chunk_tokens == 8192
     res = replay_aggregated(PLAN, "sglang", 8192, 32, 4, params)
     step = _prefill_alone_s(8192, params)
@@ -262,7 +279,7 @@ def test_a_mixed_engines_burst_fills_its_token_budget_in_one_step(backend: str) 
     prompt 2,044 + 4 over two steps.)"""
     from tokenmill.perf.batch import PrefillWork
 
-    params = PerfParams(request_latency_s=0.02, burst_share=1.0, first_token_steps=0.0)
+    params = PerfParams(request_latency_s=0.02, burst_share=1.0, burst_jitter_steps=0.0, first_token_steps=0.0)
     assert engine_policy(backend, H100, PLAN.layout).chunk_tokens == 8192
     res = replay_aggregated(PLAN, backend, 2048, 32, 4, params)
     step = CostModel(LLAMA8, H100, PLAN.layout, params).step_time(BatchShape(prefill=(PrefillWork(2048),) * 4)).seconds
@@ -290,13 +307,33 @@ def test_an_attention_dp_rank_chunks_a_long_prompt_at_its_own_budget() -> None:
     assert res.ttft_split["prefill"] == pytest.approx(steps, rel=1e-9)
 
 
+def test_a_waves_prompt_steps_and_the_lock_step_weight_they_give() -> None:
+    """k is one scheduler's share of a wave's prompt tokens over its budget: 64 lanes of 1,024
+    tokens over 8 attention-DP ranks of 8,192 tokens a step fill one step each; 3 lanes over 2
+    ranks put 2 on one. The weight is the share times k / (k + jitter): the share itself with no
+    jitter, half of it where the jitter equals k, nearly nothing for a wave of a sliver of a step."""
+    assert wave_prompt_steps(64, 8, 1024, 8192) == 1.0
+    assert wave_prompt_steps(3, 2, 4096, 8192) == 1.0
+    assert wave_prompt_steps(4, 1, 1024, 16384) == 0.25
+    share = PerfParams(burst_share=0.8, burst_jitter_steps=0.0)
+    assert lock_step_weight(share, 0.25) == 0.8 and lock_step_weight(share, 0.0) == 0.8
+    jitter = PerfParams(burst_share=0.8, burst_jitter_steps=4.0)
+    assert lock_step_weight(jitter, 4.0) == pytest.approx(0.4)
+    assert lock_step_weight(jitter, 0.04) == pytest.approx(0.8 * 0.04 / 4.04)
+    assert lock_step_weight(jitter, 400.0) == pytest.approx(0.8 * 400 / 404)
+
+
 @pytest.mark.parametrize("backend", ["sglang", "vllm", "trtllm"])
-def test_ttft_split_adds_up_and_the_regimes_weigh_by_the_burst_share(backend: str) -> None:
-    params = PerfParams(burst_share=0.3)
+def test_ttft_split_adds_up_and_the_regimes_weigh_by_the_burst_share_and_the_jitter(backend: str) -> None:
+    """24 lanes of 3,000-token prompts fill 24 × 3,000 / 8,192 = 8.79 steps of an H100's budget a
+    wave; with a jitter of 2 steps the lock step keeps 8.79 / 10.79 of the burst share's 0.3."""
+    params = PerfParams(burst_share=0.3, burst_jitter_steps=2.0)
     res = replay_aggregated(PLAN, backend, 3000, 200, 24, params)
     assert set(res.ttft_split) == {"front_end", "step_lag", "queued", "prefill"}
     assert sum(res.ttft_split.values()) == pytest.approx(res.ttft_s, rel=1e-12)
     assert all(v >= 0 for v in res.ttft_split.values())
     reg = res.ttft_regimes
-    assert res.ttft_s == pytest.approx(0.3 * reg["lock_step"] + 0.7 * reg["drifted"], rel=1e-12)
+    w = 0.3 * (24 * 3000 / 8192) / (24 * 3000 / 8192 + 2.0)
+    assert res.lock_step == pytest.approx(w, rel=1e-12)
+    assert res.ttft_s == pytest.approx(w * reg["lock_step"] + (1 - w) * reg["drifted"], rel=1e-12)
     assert reg["lock_step"] > reg["drifted"]  # 24 prompts at once wait behind each other

@@ -116,9 +116,10 @@ def test_recorded_disaggregated_weights_reproduce_the_means(cap: int | None) -> 
     res = replay_disaggregated(PLAN, decode, 2, 1, "sglang", 2000, 200, 16, PARAMS, record=True)
     rec = res.recorded
     assert rec is not None
+    assert rec.prompt_steps == pytest.approx(8 * 2000 / 8192)  # a prefill worker's 8 lanes, an H100's budget
     bound = "decode_slot" in res.ttft_split
     assert bound == (cap is not None)
-    t = total_seconds(combine(Features(*rec.features.T), PARAMS, np.maximum)) * rec.mix(PARAMS.burst_share)
+    t = total_seconds(combine(Features(*rec.features.T), PARAMS, np.maximum)) * rec.mix(res.lock_step)
     tpot = float(rec.tpot_w @ t)
     assert tpot == pytest.approx(res.tpot_s, rel=1e-9)
     assert float(rec.ttft_w @ t) + PARAMS.first_token_steps * tpot == pytest.approx(res.ttft_s, rel=1e-9)

@@ -369,17 +369,19 @@ def _ttft_split_line(out: dict[str, Any]) -> str:
 
 def _regimes_line(out: dict[str, Any]) -> str | None:
     """The two closed-loop regimes behind the TTFT when they differ by more than 1 %: how much the
-    prediction rests on the engine's fitted burst share (None otherwise)."""
+    prediction rests on the engine's fitted burst share and jitter (None otherwise)."""
     reg = out["ttft_regimes_ms"]
     if "lock_step" not in reg or "drifted" not in reg:
         return None
     lock, drift = reg["lock_step"], reg["drifted"]
     if abs(lock - drift) <= 0.01 * max(lock, drift):
         return None
-    share = out["burst_share"]
+    w, k = out["lock_step_weight"], out["wave_prompt_steps"]
     return (
         f"lanes in lock step: TTFT {lock:,.2f} ms; drifted apart: {drift:,.2f} ms; "
-        f"weighed {share:.2f} : {1 - share:.2f} ({out['backend']}'s fitted burst share)"
+        f"weighed {w:.2f} : {1 - w:.2f} ({out['backend']}'s fitted burst share {out['burst_share']:.2f} "
+        f"× {k:,.2f} / ({k:,.2f} + {out['burst_jitter_steps']:.2f}): a wave's prompts fill {k:,.2f} prefill "
+        f"steps, jitter spreads its arrivals over {out['burst_jitter_steps']:.2f})"
     )
 
 

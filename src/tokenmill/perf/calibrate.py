@@ -55,6 +55,7 @@ class _Subset:
     gpu: np.ndarray  # GPU index per sub-row
     eng: np.ndarray  # engine index per sub-row
     ver: np.ndarray  # engine-version index per sub-row (-1: the engine's constants)
+    steps: np.ndarray  # the steps one wave's prompts fill, per sub-row (its row's)
     meas_ttft: np.ndarray
     meas_tpot: np.ndarray
     n_rows: int
@@ -78,6 +79,7 @@ class FitData:
     meas_tpot: np.ndarray
     versions: list[str] = field(default_factory=list)  # "engine@version" with constants of its own
     row_ver: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # index or -1
+    row_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))  # Recorded.prompt_steps per row
 
     def subset(self, rows_mask: np.ndarray) -> _Subset:
         keep_rows = np.flatnonzero(rows_mask)
@@ -95,6 +97,7 @@ class FitData:
             self.row_gpu[self.row[sub]],
             self.row_eng[self.row[sub]],
             self.row_ver[self.row[sub]],
+            self.row_steps[self.row[sub]],
             self.meas_ttft[keep_rows],
             self.meas_tpot[keep_rows],
             len(keep_rows),
@@ -121,6 +124,7 @@ class FitData:
             self.meas_tpot[idx],
             self.versions,
             self.row_ver[idx],
+            self.row_steps[idx],
         )
 
 
@@ -142,6 +146,7 @@ def collect(preds: Iterable[RowPrediction], versions: bool = False) -> FitData:
     row_gpu: list[int] = []
     row_eng: list[int] = []
     row_ver_key: list[str] = []
+    row_steps: list[float] = []
     mt: list[float] = []
     mp: list[float] = []
     ids: list[str] = []
@@ -164,6 +169,7 @@ def collect(preds: Iterable[RowPrediction], versions: bool = False) -> FitData:
         row_gpu.append(gpus.index(g))
         row_eng.append(engines.index(p.backend))
         row_ver_key.append(version_key(p.backend, p.version) if p.version else "")
+        row_steps.append(rec.prompt_steps)
         mt.append(p.measured_ttft_ms / 1e3)
         mp.append(p.measured_tpot_ms / 1e3)
     if not ids:
@@ -189,6 +195,7 @@ def collect(preds: Iterable[RowPrediction], versions: bool = False) -> FitData:
         np.asarray(mp),
         fitted,
         row_ver,
+        np.asarray(row_steps, dtype=float),
     )
 
 
@@ -276,7 +283,9 @@ def _predict(s: _Subset, ns: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
     """Mean TTFT and TPOT of every row of ``s``: its recorded steps re-costed and weighed, and
     the engine's step lag (``replay.step_lag``: ``first_token_steps`` × the row's TPOT) added to
     its TTFT; a row's sub-rows share one engine, so Σ (tw + k·pw)·t is its TTFT + k × its TPOT."""
-    b = ns.burst_share
+    k, jitter = s.steps, np.maximum(ns.burst_jitter_steps, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # as replay.lock_step_weight: 1 where k + jitter = 0
+        b = ns.burst_share * np.where(k + jitter > 0, k / (k + jitter), 1.0)
     t = total_seconds(combine(s.feats, ns, np.maximum))
     t = t * np.where(s.sync == 1, b, np.where(s.sync == 0, 1.0 - b, 1.0))
     return (
@@ -332,6 +341,11 @@ POOL_WEIGHT = 2.0
 PRIOR_WEIGHTS: dict[str, float] = dict.fromkeys(
     ("matmul_efficiency", "fp8_matmul_ratio", "request_latency_s"), 10 * PRIOR_WEIGHT
 )
+#: The lanes' jitter (``burst_jitter_steps``, prior one step) gets a tenth of the usual pull: no
+#: benchmark measures it, and every engine has hundreds of rows with waves of a fraction of a step
+#: to a hundred steps of prompts, which place it (vLLM's 4.6 steps, SGLang's and TRT-LLM's under
+#: one); the pull keeps an engine with few rows near one step (docs/perf.md §3, "The lanes' jitter").
+PRIOR_WEIGHTS["burst_jitter_steps"] = PRIOR_WEIGHT / 10
 
 
 def _log_prior(key: str) -> float:

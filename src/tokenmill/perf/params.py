@@ -27,7 +27,11 @@ Groups of fields:
   ``request_latency_s`` is the engine front end's fixed latency per request (HTTP, tokenizer,
   first detokenize), ``burst_share`` is the share of a closed-loop benchmark's waves that
   reach the engine together (1: the lanes stay in lock step, as under SGLang's prefill-first
-  schedule; small: they drift apart, as when prefill chunks ride in decode steps), and
+  schedule; small: they drift apart, as when prefill chunks ride in decode steps),
+  ``burst_jitter_steps`` is the spread, in engine steps, that jitter gives a wave's arrivals: a
+  wave whose prompts fill k steps keeps ``burst_share`` × k / (k + jitter) of its lock step
+  (``replay.lock_step_weight``; a wave of many steps' prompts queues as in lock step whatever the
+  jitter, one of a fraction of a step is spread by it), and
   ``first_token_steps`` is the engine's pipeline lag in steps between a request and its first
   token at the client (a request arriving while a step runs waits for it, and under asynchronous
   scheduling for the next one too, already built; a sampled token is handed to the front end
@@ -101,6 +105,11 @@ class PerfParams:
     overhead_scale: float = 1.0  # multiplies every fixed overhead above (engine's host efficiency)
     compute_scale: float = 1.0  # multiplies achieved FLOP/s of every kernel class (engine's kernels)
     burst_share: float = 0.5  # share of a closed-loop benchmark's waves that reach the engine at once
+    # The spread, in engine steps, that jitter (the client's, the front end's) gives the arrivals of
+    # a wave. A wave whose prompts fill k steps of prefill keeps burst_share × k / (k + this) of its
+    # lock step: its own prefill queue outlasts a short spread, a wave of a few prompts is spread
+    # out by it (replay.lock_step_weight). Prior: one step.
+    burst_jitter_steps: float = 1.0
     # Engine steps a first token reaches the client later than the replay's step sequence says: the
     # step in flight when the request arrives (the replay admits a closed loop's request at the
     # boundary where the last one finished), the one already built under asynchronous scheduling,
@@ -142,6 +151,7 @@ ENGINE_FIELDS: tuple[str, ...] = (
     "compute_scale",
     "request_latency_s",
     "burst_share",
+    "burst_jitter_steps",
     "first_token_steps",
 )
 GLOBAL_FIELDS: tuple[str, ...] = (
@@ -179,5 +189,6 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "overhead_scale": (0.2, 5.0),
     "compute_scale": (0.3, 3.0),
     "burst_share": (0.02, 1.0),
+    "burst_jitter_steps": (0.01, 1000.0),
     "first_token_steps": (0.05, 12.0),
 }

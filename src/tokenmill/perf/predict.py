@@ -14,8 +14,8 @@ sending to admission (behind other prompts, or for pool room), and admission to 
 prefill chunks); disaggregated serving adds the KV hand-over and a pipelined prefill worker's
 drain. ``ttft_regimes_ms`` gives the TTFT of each closed-loop regime
 replayed (lanes in lock step, lanes drifted apart; ``perf.replay``), which ``ttft_ms`` weighs by
-the engine's fitted ``burst_share``: how far apart they are is how much the prediction rests on
-that one constant.
+the engine's fitted ``burst_share`` and ``burst_jitter_steps`` (``replay.lock_step_weight``): how
+far apart they are is how much the prediction rests on those two constants.
 
 TPOT is split in two: the decode step (one pure decode step at the run's mean batch and context,
 per token it yields) and the rest, the time a request's decode spends in steps that also ran
@@ -65,6 +65,8 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     ttft_split_ms: dict[str, float] = field(default_factory=dict)  # ReplayResult.ttft_split, in ms
     ttft_regimes_ms: dict[str, float] = field(default_factory=dict)  # ReplayResult.ttft_regimes, in ms
+    lock_step_weight: float = 0.0  # ReplayResult.lock_step: the lock-step regime's weight in ttft_ms
+    wave_prompt_steps: float = 0.0  # ReplayResult.prompt_steps
 
     @property
     def behind_prompts_ms(self) -> float:
@@ -86,7 +88,10 @@ class Prediction:
             "ttft_ms": round(self.ttft_ms, 3),
             "ttft_split_ms": {k: round(v, 3) for k, v in self.ttft_split_ms.items()},
             "ttft_regimes_ms": {k: round(v, 3) for k, v in self.ttft_regimes_ms.items()},
-            "burst_share": self.params["burst_share"],  # the lock-step regime's weight in ttft_ms
+            "lock_step_weight": round(self.lock_step_weight, 4),  # the lock-step regime's weight in ttft_ms
+            "wave_prompt_steps": round(self.wave_prompt_steps, 3),
+            "burst_share": self.params["burst_share"],
+            "burst_jitter_steps": self.params["burst_jitter_steps"],
             "tpot_ms": round(self.tpot_ms, 4),
             "tpot_split_ms": {
                 "decode_step": round(self.decode_step_per_token_ms, 4),
@@ -209,6 +214,8 @@ def _prediction(
         decode_step_per_token_ms=step["seconds"] * 1e3 / accept,
         ttft_split_ms={k: v * 1e3 for k, v in res.ttft_split.items()},
         ttft_regimes_ms={k: v * 1e3 for k, v in res.ttft_regimes.items()},
+        lock_step_weight=res.lock_step,
+        wave_prompt_steps=res.prompt_steps,
     )
 
 

@@ -19,13 +19,17 @@ from tokenmill.perf.roofline import Features
 @dataclass
 class Recorded:
     """Demands (rows × features) and weights: mean TTFT = Σ m·ttft_w·t(row), mean TPOT likewise,
-    where m is ``burst_share`` for rows of the synchronised replay (``sync`` = 1), 1 − burst_share
-    for rows of the desynchronised one (``sync`` = 0) and 1 for per-request latencies (``sync`` = 2)."""
+    where m is the lock-step weight w (``replay.lock_step_weight``, from the constants and
+    ``prompt_steps``) for rows of the synchronised replay (``sync`` = 1), 1 − w for rows of the
+    desynchronised one (``sync`` = 0) and 1 for per-request latencies (``sync`` = 2).
+    ``prompt_steps``: the steps one wave's prompts fill (``replay.wave_prompt_steps``), the same for
+    both regimes of a point."""
 
     features: np.ndarray
     ttft_w: np.ndarray
     tpot_w: np.ndarray
     sync: np.ndarray
+    prompt_steps: float = 0.0
 
     def concat(self, other: Recorded) -> Recorded:
         return Recorded(
@@ -33,10 +37,12 @@ class Recorded:
             np.concatenate([self.ttft_w, other.ttft_w]),
             np.concatenate([self.tpot_w, other.tpot_w]),
             np.concatenate([self.sync, other.sync]),
+            max(self.prompt_steps, other.prompt_steps),
         )
 
-    def mix(self, burst_share: float) -> np.ndarray:
-        return np.where(self.sync == 1, burst_share, np.where(self.sync == 0, 1.0 - burst_share, 1.0))
+    def mix(self, lock_step: float) -> np.ndarray:
+        """Each row's regime weight, ``lock_step`` being the synchronised replay's."""
+        return np.where(self.sync == 1, lock_step, np.where(self.sync == 0, 1.0 - lock_step, 1.0))
 
 
 def step_rows(
@@ -58,8 +64,15 @@ def step_rows(
     return Recorded(feats, tw[keep], pw[keep], np.full(int(keep.sum()), sync, dtype=np.int8))
 
 
-def latency_rows(rows: Sequence[Features], ttft: Sequence[float], tpot: Sequence[float]) -> Recorded:
-    """Per-request latencies (front end, transfers): weight 1 whatever the burst share."""
+def latency_rows(
+    rows: Sequence[Features], ttft: Sequence[float], tpot: Sequence[float], prompt_steps: float = 0.0
+) -> Recorded:
+    """Per-request latencies (front end, transfers): weight 1 whatever the burst share. A point's
+    recording starts with them, and carries its ``prompt_steps``."""
     return Recorded(
-        np.asarray(rows, dtype=float), np.asarray(ttft), np.asarray(tpot), np.full(len(rows), 2, dtype=np.int8)
+        np.asarray(rows, dtype=float),
+        np.asarray(ttft),
+        np.asarray(tpot),
+        np.full(len(rows), 2, dtype=np.int8),
+        prompt_steps,
     )

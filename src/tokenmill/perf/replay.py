@@ -17,18 +17,20 @@ the lanes stay in lock step, so each point is replayed twice:
   pulled a long benchmark apart.
 
 In each replay the first wave (a burst from idle) counts 1/10 and the next two waves (one when a
-worker holds ≥ 512 lanes) 9/10, as in a 10-wave run. The lanes send one wave more, unmeasured,
-and the replay ends when the last measured request finishes: a measured request decodes beside
-full lanes to its end, as in a benchmark's middle waves (with no wave after them, the desynchronised
-replay's measured requests spent about half their decode in a batch draining towards zero, which
-no middle wave of a 10-wave run does): mean TTFT, mean TPOT = (finish − first
-token)/(OSL − 1) per request, as bench_serving computes them. The prediction is
-``burst_share`` × synchronised + (1 − ``burst_share``) × desynchronised, ``burst_share`` being a
-fitted constant of the engine (PerfParams). Two latencies outside the steps come on top of every
-first token: the engine front end's fixed ``request_latency_s``, and its pipeline lag in steps,
-``first_token_steps`` × TPOT (``step_lag``): the replay admits a closed loop's next request at
-the boundary where the last one finished, where a real engine's next step is already running or
-built, and it hands a sampled token to its front end while the next step runs.
+worker holds ≥ 512 lanes) 9/10, as in a 10-wave run. The lanes send one wave more, unmeasured, and
+the replay ends when the last measured request finishes: a measured request decodes beside full
+lanes to its end, as in a benchmark's middle waves (with no wave after them, the desynchronised
+replay's measured requests spent about half their decode in a batch draining towards zero, which no
+middle wave of a 10-wave run does): mean TTFT, mean TPOT = (finish − first token)/(OSL − 1) per
+request, as bench_serving computes them. The prediction is w × synchronised + (1 − w) ×
+desynchronised, w = ``burst_share`` × k / (k + ``burst_jitter_steps``) (``lock_step_weight``), two
+fitted constants of the engine (PerfParams) and k the steps of prefill one wave's prompts fill
+(``wave_prompt_steps``): jitter spreads a wave's arrivals over a few steps, longer than the prefill
+of a wave of a few prompts and shorter than one of many steps' prompts. Two latencies outside the
+steps come on top of every first token: the engine front end's fixed ``request_latency_s``, and its
+pipeline lag in steps, ``first_token_steps`` × TPOT (``step_lag``): the replay admits a closed
+loop's next request at the boundary where the last one finished, where a real engine's next step is
+already running or built, and it hands a sampled token to its front end while the next step runs.
 
 **Engine policies** (facts of the engines' defaults, not fitted): SGLang runs prefill steps apart
 from decode steps (chunked-prefill-size 8,192 on GPUs under 160 GB, 16,384 above); vLLM and
@@ -190,8 +192,10 @@ class ReplayResult:
     # work), and for disaggregated serving "pipeline_drain" and "kv_transfer"
     ttft_split: dict[str, float] = field(default_factory=dict)
     # the TTFT of each regime replayed ("lock_step", "drifted"), front end and step lag included;
-    # ttft_s weighs them by the engine's burst_share
+    # ttft_s weighs them: the lock-step one by lock_step (``lock_step_weight``), the other by the rest
     ttft_regimes: dict[str, float] = field(default_factory=dict)
+    lock_step: float = 0.0
+    prompt_steps: float = 0.0  # the steps one wave's prompts fill (``wave_prompt_steps``)
 
     @property
     def requests_per_s(self) -> float:
@@ -419,16 +423,34 @@ def _weighted(waves: list[WaveMeans]) -> RequestMeans:
 REGIME_NAMES: dict[int, str] = {1: "lock_step", 0: "drifted"}
 
 
-def regime_weight(share: float, sync: int) -> float:
-    """A regime's weight in a point's means: ``burst_share`` for lanes in lock step, the rest for
-    lanes drifted apart."""
-    return share if sync else 1.0 - share
+def wave_prompt_steps(lanes: int, ranks: int, isl: int, chunk_tokens: int) -> float:
+    """The steps of prefill one wave's prompts fill on a scheduler (an attention-DP rank): its
+    lanes' prompt tokens over its prefill budget per step (``EnginePolicy.chunk_tokens``)."""
+    return math.ceil(lanes / max(1, ranks)) * isl / max(1, chunk_tokens)
 
 
-def regimes(share: float, record: bool) -> list[int]:
+def lock_step_weight(params: PerfParams, prompt_steps: float) -> float:
+    """The lock-step regime's weight in a point's means: the engine's ``burst_share`` of the
+    waves reach it together, and of those a wave whose prompts fill ``prompt_steps`` steps keeps
+    k / (k + ``burst_jitter_steps``) of its lock step. Jitter spreads a wave's arrivals over a few
+    steps: a wave of a few prompts then reaches an engine one prompt at a time, as if drifted,
+    while one whose prompts fill many steps queues behind itself whatever the spread. (On the
+    calibration file's vLLM rows the implied weight rises from ~0.05 where a wave's prompts fill
+    one step to ~0.95 past 64 steps; docs/perf.md §3, "The lanes' jitter".)"""
+    k, jitter = max(0.0, prompt_steps), max(0.0, params.burst_jitter_steps)
+    return params.burst_share * (k / (k + jitter) if k + jitter > 0 else 1.0)
+
+
+def regime_weight(lock_step: float, sync: int) -> float:
+    """A regime's weight in a point's means: ``lock_step`` (``lock_step_weight``) for lanes in
+    lock step, the rest for lanes drifted apart."""
+    return lock_step if sync else 1.0 - lock_step
+
+
+def regimes(lock_step: float, record: bool) -> list[int]:
     """The regimes a point replays: those that weigh anything, or both when recording (a refit
     may give either weight)."""
-    return [sync for sync in (1, 0) if record or regime_weight(share, sync) > 0]
+    return [sync for sync in (1, 0) if record or regime_weight(lock_step, sync) > 0]
 
 
 @cyclic_gc_paused()  # until every regime's loop objects are freed, so no collection scans them
@@ -665,7 +687,8 @@ def replay_aggregated(
     notes = []
     if lanes * workers != concurrency:
         notes.append(f"{concurrency} lanes over {workers} workers: each replayed with {lanes}")
-    share = params.burst_share
+    steps = wave_prompt_steps(lanes, plan.layout.dp_attention, isl, policy.chunk_tokens)
+    share = lock_step_weight(params, steps)
     syncs = regimes(share, record)
 
     point = _Point(plan, cost, params, policy, isl, osl, lanes, accept_length, stride, cohort)
@@ -686,7 +709,7 @@ def replay_aggregated(
     if record:
         from tokenmill.perf.recorded import latency_rows
 
-        recorded = latency_rows([latency_row()], [1.0], [0.0])
+        recorded = latency_rows([latency_row()], [1.0], [0.0], prompt_steps=steps)
     batch, ctx = float(lanes), isl + osl / 2
     queued = 0.0
     lat = float(combine(latency_row(), params)["request_latency"])
@@ -715,6 +738,8 @@ def replay_aggregated(
         in_flight=lanes * workers,
         ttft_split={"front_end": lat, "step_lag": lag, "queued": queued, "prefill": ttft - queued},
         ttft_regimes={REGIME_NAMES[sync]: runs[sync].ttft + lat + lag for sync in syncs},
+        lock_step=share,
+        prompt_steps=steps,
     )
 
 

@@ -50,12 +50,14 @@ from tokenmill.perf.replay import (
     closed_loop,
     engine_policy,
     latency_row,
+    lock_step_weight,
     regime_weight,
     regimes,
     replay_regimes,
     request_means,
     step_lag,
     step_weights,
+    wave_prompt_steps,
     worth_forking,
 )
 from tokenmill.perf.roofline import ZERO_FEATURES, CostModel, Features, combine
@@ -179,7 +181,8 @@ def replay_disaggregated(
     batch = per_worker
     f_dec, tpot = decode_step(batch)
     lanes = max(1, math.ceil(concurrency / max(1, prefill_workers)))
-    share = params.burst_share
+    steps = wave_prompt_steps(lanes, prefill_plan.layout.dp_attention, isl, policy.chunk_tokens)
+    share = lock_step_weight(params, steps)
     syncs = regimes(share, record)
 
     def run(sync: int, think: float) -> _PrefillRun:
@@ -230,9 +233,11 @@ def replay_disaggregated(
         if wait > 0:
             # the decode workers bind: TTFT is decode_bound, (lanes / capacity − 1) decode times
             full = (per_worker / capacity - 1.0) * (osl - 1) / accept
-            recorded = latency_rows([f_dec], [full], [1.0 / accept])
+            recorded = latency_rows([f_dec], [full], [1.0 / accept], prompt_steps=steps)
         else:
-            recorded = latency_rows([f_dec, xfer_row, latency_row()], [0.0, 1.0, 1.0], [1.0 / accept, 0.0, 0.0])
+            recorded = latency_rows(
+                [f_dec, xfer_row, latency_row()], [0.0, 1.0, 1.0], [1.0 / accept, 0.0, 0.0], prompt_steps=steps
+            )
         if drain and not wait:
             recorded = recorded.concat(latency_rows([drain_row], [1.0], [0.0]))
         for sync in syncs if not wait else ():
@@ -268,6 +273,8 @@ def replay_disaggregated(
         in_flight=concurrency,
         ttft_split=split,
         ttft_regimes={REGIME_NAMES[sync]: regime_ttft(runs[sync].ttft) + lag for sync in syncs},
+        lock_step=share,
+        prompt_steps=steps,
     )
 
 
