@@ -951,7 +951,7 @@ def test_the_table_says_where_the_first_token_goes(capsys: pytest.CaptureFixture
     assert "ms front end +" in text and "ms queued for admission +" in text and "ms admission to first token" in text
     assert "lanes in lock step: TTFT" in text and "(sglang's fitted burst share" in text
     # 64 lanes of 4,000-token prompts fill 64 × 4,000 / 8,192 (an H100's SGLang chunk) steps a wave
-    assert "a wave's prompts fill 31.25 prefill steps" in text
+    assert "a wave's prompts fill 31.25 prefill steps, jitter spreads its arrivals over" in text
     code, js, _ = cli(capsys, *base, "--concurrency", "64", "--json")
     d = json.loads(js)
     assert d["ttft_split_ms"]["queued"] > 0 and d["ttft_regimes_ms"]["lock_step"] > d["ttft_regimes_ms"]["drifted"]

@@ -381,7 +381,7 @@ def _regimes_line(out: dict[str, Any]) -> str | None:
         f"lanes in lock step: TTFT {lock:,.2f} ms; drifted apart: {drift:,.2f} ms; "
         f"weighed {w:.2f} : {1 - w:.2f} ({out['backend']}'s fitted burst share {out['burst_share']:.2f} "
         f"× {k:,.2f} / ({k:,.2f} + {out['burst_jitter_steps']:.2f}): a wave's prompts fill {k:,.2f} prefill "
-        f"steps, jitter spreads its arrivals over {out['burst_jitter_steps']:.2f})"
+        f"steps, jitter spreads its arrivals over {out['burst_jitter_steps']:.2f} steps)"
     )
 
 
