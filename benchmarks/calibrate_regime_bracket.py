@@ -143,14 +143,14 @@ def _prompt_steps(row: dict[str, str]) -> float | None:
     """``k`` of an aggregated row as the replay computes it (None where its GPU is not in the catalog)."""
     from tokenmill.errors import TokenmillError
     from tokenmill.hardware import load_gpu
-    from tokenmill.perf.replay import wave_prompt_steps
-    from tokenmill.sim.runner import sglang_chunk_tokens
+    from tokenmill.perf.replay import engine_policy, wave_prompt_steps
+    from tokenmill.plan import Layout
 
     try:
         gpu = load_gpu(row["system"].removesuffix("_sxm"))
+        chunk = engine_policy(row["backend"], gpu, Layout()).chunk_tokens  # one rank's prefill budget
     except TokenmillError:
         return None
-    chunk = sglang_chunk_tokens(gpu) if row["backend"] == "sglang" else 8192
     dp = int(row.get("attention_dp_size") or 1)
     return wave_prompt_steps(int(row["batch_size"]), dp, int(row["isl"]), chunk)
 
@@ -173,6 +173,7 @@ def _by_prompt_steps(
         v = groups[key]
         best = min(SHARE_GRID, key=lambda s: statistics.median(_ape(s * p[3] + (1 - s) * p[4], p[2]) for p in v))
         k = statistics.median(p[1] for p in v)
+        # the share and the jitter are engine constants: any fitted GPU resolves the engine's
         out[key] = (len(v), best, k, lock_step_weight(table.resolve("h100", key[0])[0], k))
     return out
 

@@ -311,12 +311,13 @@ def test_a_waves_prompt_steps_and_the_lock_step_weight_they_give() -> None:
     """k is one scheduler's share of a wave's prompt tokens over its budget: 64 lanes of 1,024
     tokens over 8 attention-DP ranks of 8,192 tokens a step fill one step each; 3 lanes over 2
     ranks put 2 on one. The weight is the share times k / (k + jitter): the share itself with no
-    jitter, half of it where the jitter equals k, nearly nothing for a wave of a sliver of a step."""
+    jitter (the model before it), half of it where the jitter equals k, nearly nothing for a wave of
+    a sliver of a step."""
     assert wave_prompt_steps(64, 8, 1024, 8192) == 1.0
     assert wave_prompt_steps(3, 2, 4096, 8192) == 1.0
     assert wave_prompt_steps(4, 1, 1024, 16384) == 0.25
     share = PerfParams(burst_share=0.8, burst_jitter_steps=0.0)
-    assert lock_step_weight(share, 0.25) == 0.8 and lock_step_weight(share, 0.0) == 0.8
+    assert lock_step_weight(share, 0.25) == 0.8 and lock_step_weight(share, 400.0) == 0.8
     jitter = PerfParams(burst_share=0.8, burst_jitter_steps=4.0)
     assert lock_step_weight(jitter, 4.0) == pytest.approx(0.4)
     assert lock_step_weight(jitter, 0.04) == pytest.approx(0.8 * 0.04 / 4.04)

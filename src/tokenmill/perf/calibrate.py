@@ -41,6 +41,7 @@ from tokenmill.perf.params import (
     PER_GPU_FIELDS,
     PerfParams,
 )
+from tokenmill.perf.replay import lock_step_fraction
 from tokenmill.perf.roofline import Features, combine, total_seconds
 from tokenmill.perf.row_prediction import Progress, RowPrediction, fitting_rows, predict_rows
 
@@ -283,9 +284,7 @@ def _predict(s: _Subset, ns: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
     """Mean TTFT and TPOT of every row of ``s``: its recorded steps re-costed and weighed, and
     the engine's step lag (``replay.step_lag``: ``first_token_steps`` × the row's TPOT) added to
     its TTFT; a row's sub-rows share one engine, so Σ (tw + k·pw)·t is its TTFT + k × its TPOT."""
-    k, jitter = s.steps, np.maximum(ns.burst_jitter_steps, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):  # as replay.lock_step_weight: 1 where k + jitter = 0
-        b = ns.burst_share * np.where(k + jitter > 0, k / (k + jitter), 1.0)
+    b = ns.burst_share * lock_step_fraction(s.steps, ns.burst_jitter_steps)  # replay.lock_step_weight
     t = total_seconds(combine(s.feats, ns, np.maximum))
     t = t * np.where(s.sync == 1, b, np.where(s.sync == 0, 1.0 - b, 1.0))
     return (

@@ -110,8 +110,12 @@ from tokenmill.sim.gc_pause import cyclic_gc_paused
 from tokenmill.sim.runner import SimOptions, scheduler_config_for, sglang_chunk_tokens
 
 _Run = TypeVar("_Run")
+#: A number, or numpy's array of them (calibration weighs every recorded row at once).
+_Steps = TypeVar("_Steps", float, "np.ndarray")
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from tokenmill.perf.recorded import Recorded
 
 DECODE_EVENTS = 48  # macro steps per request's decode (stride = OSL / this)
@@ -437,8 +441,14 @@ def lock_step_weight(params: PerfParams, prompt_steps: float) -> float:
     while one whose prompts fill many steps queues behind itself whatever the spread. (On the
     calibration file's vLLM rows the implied weight rises from ~0.05 where a wave's prompts fill
     one step to ~0.95 past 64 steps; docs/perf.md §3, "The lanes' jitter".)"""
-    k, jitter = max(0.0, prompt_steps), max(0.0, params.burst_jitter_steps)
-    return params.burst_share * (k / (k + jitter) if k + jitter > 0 else 1.0)
+    return params.burst_share * lock_step_fraction(prompt_steps, params.burst_jitter_steps)
+
+
+def lock_step_fraction(prompt_steps: _Steps, jitter_steps: _Steps | float) -> _Steps:
+    """k / (k + jitter): the part of its lock step a wave whose prompts fill k steps keeps. The one
+    formula for a replay's point and for the fit's recorded rows (``calibrate``), which pass arrays.
+    k > 0 for every point (``wave_prompt_steps``: at least one lane of at least one token)."""
+    return prompt_steps / (prompt_steps + jitter_steps)
 
 
 def regime_weight(lock_step: float, sync: int) -> float:
