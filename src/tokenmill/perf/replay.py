@@ -698,8 +698,8 @@ def replay_aggregated(
     if lanes * workers != concurrency:
         notes.append(f"{concurrency} lanes over {workers} workers: each replayed with {lanes}")
     steps = wave_prompt_steps(lanes, plan.layout.dp_attention, isl, policy.chunk_tokens)
-    share = lock_step_weight(params, steps)
-    syncs = regimes(share, record)
+    lock_step = lock_step_weight(params, steps)
+    syncs = regimes(lock_step, record)
 
     point = _Point(plan, cost, params, policy, isl, osl, lanes, accept_length, stride, cohort)
 
@@ -725,7 +725,7 @@ def replay_aggregated(
     lat = float(combine(latency_row(), params)["request_latency"])
     for sync in syncs:
         r = runs[sync]
-        w = regime_weight(share, sync)
+        w = regime_weight(lock_step, sync)
         notes += [n for n in r.notes if n not in notes]
         ttft, tpot, e2e, measured = ttft + w * r.ttft, tpot + w * r.tpot, e2e + w * r.e2e, measured + r.measured
         queued += w * r.queued
@@ -748,7 +748,7 @@ def replay_aggregated(
         in_flight=lanes * workers,
         ttft_split={"front_end": lat, "step_lag": lag, "queued": queued, "prefill": ttft - queued},
         ttft_regimes={REGIME_NAMES[sync]: runs[sync].ttft + lat + lag for sync in syncs},
-        lock_step=share,
+        lock_step=lock_step,
         prompt_steps=steps,
     )
 

@@ -182,8 +182,8 @@ def replay_disaggregated(
     f_dec, tpot = decode_step(batch)
     lanes = max(1, math.ceil(concurrency / max(1, prefill_workers)))
     steps = wave_prompt_steps(lanes, prefill_plan.layout.dp_attention, isl, policy.chunk_tokens)
-    share = lock_step_weight(params, steps)
-    syncs = regimes(share, record)
+    lock_step = lock_step_weight(params, steps)
+    syncs = regimes(lock_step, record)
 
     def run(sync: int, think: float) -> _PrefillRun:
         loop = closed_loop(prefill_plan, pcost, params, policy, isl, 1, lanes, think, record=record, stagger=not sync)
@@ -210,8 +210,8 @@ def replay_disaggregated(
     runs = replay_regimes(partial(run, think=think), syncs, fork, waiting)
     t_pre = queued = 0.0
     for sync in syncs:
-        t_pre += regime_weight(share, sync) * runs[sync].ttft
-        queued += regime_weight(share, sync) * runs[sync].queued
+        t_pre += regime_weight(lock_step, sync) * runs[sync].ttft
+        queued += regime_weight(lock_step, sync) * runs[sync].queued
         notes += [n for n in runs[sync].notes if n not in notes]
     ttft = t_pre + drain + xfer + lat
     wait = max(0.0, decode_bound(tpot) - ttft)
@@ -273,7 +273,7 @@ def replay_disaggregated(
         in_flight=concurrency,
         ttft_split=split,
         ttft_regimes={REGIME_NAMES[sync]: regime_ttft(runs[sync].ttft) + lag for sync in syncs},
-        lock_step=share,
+        lock_step=lock_step,
         prompt_steps=steps,
     )
 
