@@ -210,8 +210,9 @@ def replay_disaggregated(
     runs = replay_regimes(partial(run, think=think), syncs, fork, waiting)
     t_pre = queued = 0.0
     for sync in syncs:
-        t_pre += regime_weight(lock_step, sync) * runs[sync].ttft
-        queued += regime_weight(lock_step, sync) * runs[sync].queued
+        w = regime_weight(lock_step, sync)
+        t_pre += w * runs[sync].ttft
+        queued += w * runs[sync].queued
         notes += [n for n in runs[sync].notes if n not in notes]
     ttft = t_pre + drain + xfer + lat
     wait = max(0.0, decode_bound(tpot) - ttft)
