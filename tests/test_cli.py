@@ -199,6 +199,7 @@ BAD_INPUT = [
     (["--model", "nosuch"], "--model"),
     (["--tp", "abc"], "--tp"),
     (["--expert-format", "int3"], "--expert-format"),
+    (["--weight-format", "int3"], "--weight-format"),
     (["--gpus", "0"], "--gpus"),
     (["--mem-fraction-static", "1.5"], "--mem-fraction-static"),
     (["--speculative", "dspark:7", "--model", "llama-3.1-8b", "--tp", "8"], "--speculative"),

@@ -51,6 +51,8 @@ def deployment(draw: st.DrawFn) -> list[str]:
         argv += [f"--{key}", value]
     if draw(st.booleans()):
         argv += ["--expert-format", draw(st.sampled_from(("mxfp4", "nvfp4", "fp8", "bf16")))]
+    if draw(st.integers(0, 3)) == 0:
+        argv += ["--weight-format", draw(st.sampled_from(("bf16", "fp8", "fp8_block", "nvfp4")))]
     if draw(st.integers(0, 9)) == 0:
         argv.append("--replayssm")
     return argv

@@ -1068,3 +1068,122 @@ def test_disaggregated_layouts_compare_with_aggregated_ones_each_as_alone(capsys
             single["disaggregated"],
         )
     assert (first["gpus"], fewer["gpus"], aggregated["gpus"]) == (5, 3, 1)
+
+
+# --- a calibration row, predicted by the command ------------------------------------------------
+
+# (row cells, the preset and the flags that name the same deployment): the formats of the file's
+# rows, each a checkpoint served in a format it is not stored in but the first
+CALIBRATION_ROWS = [
+    (
+        {"model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm", "backend": "vllm"},
+        ("--model", "llama-3.1-8b", "--gpu", "h100_sxm", "--gpus", "1"),
+    ),
+    (
+        {
+            "model_path": "meta-llama/Llama-3.1-70B",
+            "system": "b200_sxm",
+            "backend": "trtllm",
+            "precision": "fp8",
+            "gemm_quant_mode": "fp8",
+            "moe_quant_mode": "fp8",
+            "isl": "1024",
+            "osl": "8192",
+            "silicon_data_source": "x; silicon_concurrency=4",
+        },
+        ("--model", "llama-3.1-70b", "--gpu", "b200_sxm", "--gpus", "1", "--weight-format", "fp8"),
+    ),
+    (
+        {
+            "model_path": "meta-llama/Llama-3.1-70B",
+            "system": "b200_sxm",
+            "backend": "trtllm",
+            "precision": "fp4",
+            "gemm_quant_mode": "nvfp4",
+            "moe_quant_mode": "nvfp4",
+            "tp_size": "2",
+            "moe_tp_size": "2",
+        },
+        ("--model", "llama-3.1-70b", "--gpu", "b200_sxm", "--gpus", "2", "--weight-format", "nvfp4"),
+    ),
+    (
+        {
+            "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+            "system": "h200_sxm",
+            "backend": "sglang",
+            "precision": "fp8",
+            "gemm_quant_mode": "fp8_block",
+            "moe_quant_mode": "fp8_block",
+            "silicon_data_source": "x; silicon_concurrency=16",
+        },
+        ("--model", "llama-3.1-8b", "--gpu", "h200_sxm", "--gpus", "1", "--weight-format", "fp8_block"),
+    ),
+    (
+        {
+            "model_path": "deepseek-ai/DeepSeek-R1",
+            "system": "b200_sxm",
+            "backend": "trtllm",
+            "precision": "fp4",
+            "gemm_quant_mode": "nvfp4",
+            "moe_quant_mode": "nvfp4",
+            "tp_size": "8",
+            "moe_tp_size": "8",
+            "isl": "8192",
+            "osl": "1024",
+            "silicon_data_source": "x; silicon_concurrency=32",
+        },
+        ("--model", "deepseek-r1", "--gpu", "b200_sxm", "--gpus", "8", "--weight-format", "nvfp4"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("cells", "flags"), CALIBRATION_ROWS, ids=[c.get("gemm_quant_mode") or "16-bit" for c, _ in CALIBRATION_ROWS]
+)
+def test_predict_with_a_rows_flags_gives_what_evaluate_gives_that_row(
+    cells: dict[str, str], flags: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # what `calibrate evaluate` predicts for a row is what `predict` answers for the deployment it
+    # records: the engines' memory share, no prefix cache, an FP8 KV cache for FP8/FP4 rows
+    from tests.perf.rows import row
+    from tokenmill.perf.calibrated import load_table
+    from tokenmill.perf.row_prediction import predict_row
+
+    measured = row(**cells)
+    expected = predict_row(measured, MODELS, load_table())
+    assert expected.predicted, expected.skipped_reason
+    kv = "fp8_e4m3" if measured["precision"] else "bf16"
+    code, out, err = cli(
+        capsys,
+        "predict",
+        *flags,
+        "--backend",
+        measured["backend"],
+        "--isl",
+        measured["isl"],
+        "--osl",
+        measured["osl"],
+        "--concurrency",
+        measured["silicon_data_source"].rpartition("=")[2],
+        "--kv-cache-dtype",
+        kv,
+        "--mem-fraction-static",
+        "0.95",
+        "--prefix-cache",
+        "off",
+        "--json",
+    )
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["ttft_ms"] == pytest.approx(expected.ttft_ms, rel=1e-4)
+    assert got["tpot_ms"] == pytest.approx(expected.tpot_ms, rel=1e-4)
+    if "--weight-format" in flags:
+        assert any(note.startswith(("weights sized as", "nvfp4:", "fp8:", "fp8_block:")) for note in got["notes"])
+
+
+def test_predict_refuses_an_unknown_weight_format_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(
+        capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--weight-format", "int4"
+    )
+    assert (code, out) == (2, "")
+    assert err.strip() == "error: --weight-format must be one of bf16|fp16|fp8|fp8_block|nvfp4 (got 'int4')"

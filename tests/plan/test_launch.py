@@ -228,3 +228,22 @@ def test_single_node_worker_on_multi_replica_deployment() -> None:
     cmds = _commands("kimi-k3", "b300", 16, Layout(tp=8, pool_ratio=1.1))
     assert cmds.nnodes == 1
     assert "--nnodes" not in _tokens(cmds.sglang)
+
+
+@pytest.mark.parametrize(("fmt", "flag"), [("fp8", "fp8"), (None, None), ("nvfp4", None), ("fp8_block", None)])
+def test_a_16_bit_checkpoint_served_as_fp8_is_quantized_at_load(fmt: str | None, flag: str | None) -> None:
+    # SGLang and vLLM quantize a 16-bit checkpoint to FP8 (per-channel scales) at load; NVFP4 and
+    # block FP8 need a checkpoint stored that way, which no flag can stand in for
+    plan = plan_memory(load_model("llama-3.1-70b", weight_format=fmt), load_gpu("h100"), 2, Layout(tp=2))
+    cmds = launch_commands(plan)
+    for command in (cmds.sglang, cmds.vllm):
+        tok = _tokens(command)
+        if flag is None:
+            assert "--quantization" not in tok
+        else:
+            assert _value(tok, "--quantization") == flag
+
+
+def test_a_checkpoint_already_fp8_gets_no_quantization_flag() -> None:
+    plan = plan_memory(load_model("deepseek-v3", weight_format="fp8"), load_gpu("h200"), 8, Layout(tp=8))
+    assert "--quantization" not in _tokens(launch_commands(plan).sglang)

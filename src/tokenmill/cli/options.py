@@ -243,6 +243,17 @@ _LAYOUT: list[tuple[str, Any, Any]] = [
         False,
     ),
     ("mem_fraction_static", Annotated[float, typer.Option("--mem-fraction-static")], 0.85),
+    (
+        "weight_format",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--weight-format",
+                help="Linear weights served as bf16|fp16|fp8|fp8_block|nvfp4 (default: the checkpoint's).",
+            ),
+        ],
+        None,
+    ),
     ("expert_format", Annotated[str | None, typer.Option("--expert-format", help="mxfp4|nvfp4|fp8|bf16")], None),
     ("pool_ratio", Annotated[float | None, typer.Option("--pool-ratio", help="State pool ÷ KV pool bytes.")], None),
     (
@@ -338,7 +349,7 @@ def build_plan(model: str, gpu: str, gpus: int, flags: dict[str, Any]) -> Any:
     from tokenmill.plan import plan_memory
     from tokenmill.spec import load_model
 
-    spec = load_model(model, flags.get("expert_format"))
+    spec = load_model(model, flags.get("expert_format"), flags.get("weight_format"))
     hw = load_gpu_flag(gpu)
     layout = layout_from_flags(flags, gpus)
     return plan_memory(spec, hw, gpus, layout)

@@ -54,6 +54,8 @@ def _print_plan(plan: Any, explain: bool) -> None:
         f"checkpoint {_size(m.checkpoint_bytes)}, "
         f"{_count(m.total_params)} parameters, {_count(m.active_params)} active per token"
     )
+    if m.requantized:
+        con.print(f"note: {m.requantized}")
     t = Table(title="weights per GPU (largest pipeline stage)", show_edge=False)
     t.add_column("tensor kind")
     t.add_column("GiB", justify="right")
@@ -135,7 +137,7 @@ def plan(
     state_figures = check_figures("--state-figure", state_figure)
     check_distinct_outputs([*(("--figure", p) for p in figures), *(("--state-figure", p) for p in state_figures)])
     flags = layout_flags or {}
-    spec = load_model(model, flags.get("expert_format"))
+    spec = load_model(model, flags.get("expert_format"), flags.get("weight_format"))
     hw = load_gpu_flag(gpu)
     layout = layout_from_flags(flags, gpus)
     if action == "ratio":

@@ -155,6 +155,8 @@ def predict(
     if accept_length is not None and len(named) > 1 and not any(speculating):
         raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
     params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
+    if plan.model.requantized:
+        notes = [plan.model.requantized, *notes]
     band, band_note, held_out = band_for(plan.gpu.name, b, params_file or shipped_path(), model=model_key(plan.model))
 
     def point(

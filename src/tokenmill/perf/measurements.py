@@ -62,9 +62,9 @@ from tokenmill.hardware import GPU, load_gpu
 from tokenmill.jsonfile import read_json_object
 from tokenmill.paths import path_exists
 from tokenmill.plan.layout import KVDtype, Layout, PrefixCache
-from tokenmill.spec.formats import WeightFormat
 from tokenmill.spec.loader import model_from_config
 from tokenmill.spec.model import ModelSpec
+from tokenmill.spec.requantize import WEIGHT_FORMATS, requantize
 
 #: Columns a measurements file must have (silicon columns are optional: then we only predict).
 REQUIRED_COLUMNS = ("id", "backend", "model_path", "system", "mode", "isl", "osl")
@@ -73,7 +73,7 @@ BACKENDS = ("sglang", "vllm", "trtllm")
 #: Key :func:`read_measurements` adds to a row whose line does not match the header
 MALFORMED = "_malformed"
 #: Weight formats a ``gemm_quant_mode``/``moe_quant_mode`` cell may name ("" = the checkpoint's own)
-QUANT_MODES = ("", "bf16", "fp16", "fp8", "fp8_block", "nvfp4")
+QUANT_MODES = ("", *WEIGHT_FORMATS)
 #: ``precision`` cells and whether the row's KV cache is taken as FP8 ("" = not recorded: BF16)
 PRECISIONS = {"": False, "bf16": False, "fp16": False, "fp8": True, "fp4": True, "nvfp4": True, "mxfp4": True}
 #: Share of GPU memory the benchmarked engines give weights and caches (vLLM
@@ -451,59 +451,16 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
 # --- model specs with the row's formats -----------------------------------------------------
 
 
-def _fp8_rules(block: bool) -> dict[str, Any]:
-    return {"quant_method": "fp8", "weight_block_size": [128, 128] if block else None}
-
-
 @lru_cache(maxsize=128)
 def _raw_config(path: str) -> dict[str, Any]:
     """A config from ``--models-dir``, read once per run (or a one-line error naming the file)."""
     return read_json_object(path)
 
 
-def _checkpoint_width(config: dict[str, Any]) -> int | None:
-    """Bits of the checkpoint's quantized weights (8, 4) or None when it is 16-bit."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    qc = config.get("quantization_config") or (text or {}).get("quantization_config")
-    if not isinstance(qc, dict):
-        return None
-    method = str(qc.get("quant_method", "")).lower()
-    if method == "fp8":
-        return 8
-    if method == "mxfp4":
-        return 4
-    fmt = str(qc.get("format", "")) + str(qc.get("quant_algo", ""))
-    return 4 if "fp4" in fmt.lower() else 8
-
-
-def _drop_quantization(config: dict[str, Any]) -> None:
-    config.pop("quantization_config", None)
-    if isinstance(config.get("text_config"), dict):
-        config["text_config"].pop("quantization_config", None)
-
-
 @lru_cache(maxsize=128)
 def model_for_row(config_path: str, gemm_mode: str, moe_mode: str) -> ModelSpec:
-    """The model spec of a row: its config with the row's weight formats applied."""
+    """The model spec of a row: its config with the row's weight formats applied (``spec.requantize``)."""
     config = copy.deepcopy(_raw_config(config_path))  # the cached object is shared: edit a copy
     name = Path(config_path).name.removesuffix("_config.json")
-    modes = {gemm_mode, moe_mode} - {""}
-    if not modes:
-        return model_from_config(config, name, config_path)
-    if modes <= {"bf16", "fp16"}:  # 16-bit weights, whatever the checkpoint stores
-        _drop_quantization(config)
-        return model_from_config(config, name, config_path)
-    width = 4 if any("fp4" in m for m in modes) else 8
-    if _checkpoint_width(config) == width:
-        return model_from_config(config, name, config_path)
-    _drop_quantization(config)
-    expert_fmt: WeightFormat | None = None
-    if gemm_mode == "nvfp4":
-        config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
-    elif gemm_mode.startswith("fp8"):
-        config["quantization_config"] = _fp8_rules("block" in gemm_mode or "block" in moe_mode)
-    if moe_mode == "nvfp4" and gemm_mode != "nvfp4":
-        expert_fmt = WeightFormat.NVFP4
-    elif moe_mode.startswith("fp8") and not gemm_mode:
-        config["quantization_config"] = _fp8_rules("block" in moe_mode)
-    return model_from_config(config, name, config_path, expert_fmt)
+    formats = requantize(config, gemm_mode, moe_mode)
+    return model_from_config(formats.config, name, config_path, formats.expert_format)

@@ -34,10 +34,16 @@ def _join(parts: list[list[str]]) -> str:
     return " \\\n  ".join(" ".join(p) for p in parts if p)
 
 
+def _quantization(plan: MemoryPlan) -> list[str]:
+    """A 16-bit checkpoint planned as FP8 (``--weight-format fp8``): both engines quantize it at load."""
+    fmt = plan.model.quantize_on_load
+    return ["--quantization", fmt] if fmt else []
+
+
 def sglang_command(plan: MemoryPlan, nnodes: int) -> str:
     m, lay = plan.model, plan.layout
     path = m.hf_id or m.name
-    parts: list[list[str]] = [["sglang serve", "--model-path", path, "--trust-remote-code"]]
+    parts: list[list[str]] = [["sglang serve", "--model-path", path, "--trust-remote-code", *_quantization(plan)]]
     par = ["--tp-size", str(lay.tp)]
     if lay.ep > 1:
         par += ["--ep-size", str(lay.ep)]
@@ -108,7 +114,7 @@ def sglang_command(plan: MemoryPlan, nnodes: int) -> str:
 
 def vllm_command(plan: MemoryPlan, nnodes: int) -> str:
     m, lay = plan.model, plan.layout
-    parts: list[list[str]] = [["vllm serve", m.hf_id or m.name, "--trust-remote-code"]]
+    parts: list[list[str]] = [["vllm serve", m.hf_id or m.name, "--trust-remote-code", *_quantization(plan)]]
     par = ["--tensor-parallel-size", str(lay.attn_tp)]
     if lay.dp_attention > 1:
         par += ["--data-parallel-size", str(lay.dp_attention)]

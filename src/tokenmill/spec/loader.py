@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from tokenmill.spec.formats import WeightFormat
 from tokenmill.spec.model import ModelSpec
 from tokenmill.spec.presets import PRESETS, Preset
 from tokenmill.spec.quantization import quant_rules
+from tokenmill.spec.requantize import parse_weight_format, requantize
 
 # Text-model types of multimodal wrappers that share a parser with their family.
 _TEXT_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_5_moe", "qwen3_next_text": "qwen3_next"}
@@ -88,20 +90,43 @@ def model_from_config(
     )
 
 
-def load_model(ref: str, expert_format: WeightFormat | str | None = None) -> ModelSpec:
-    """A preset name (``kimi-k3``), a path to a ``config.json``, or a directory holding one."""
+def load_model(
+    ref: str,
+    expert_format: WeightFormat | str | None = None,
+    weight_format: str | None = None,
+) -> ModelSpec:
+    """A preset name (``kimi-k3``), a path to a ``config.json``, or a directory holding one.
+
+    ``weight_format`` serves the linear weights in another format (``spec.requantize``: bf16, fp8,
+    fp8_block, nvfp4, as the calibration file's ``gemm_quant_mode``); ``expert_format`` then sets the
+    routed experts' own."""
     fmt = WeightFormat.parse(expert_format) if isinstance(expert_format, str) else expert_format
+    gemm = parse_weight_format(weight_format) if weight_format is not None else ""
     key = ref.strip().lower()
+    preset: Preset | None = None
     if key in PRESETS:
         preset = PRESETS[key]
         text = (resources.files("tokenmill.spec") / "presets" / preset.file).read_text()
-        return model_from_config(json.loads(text), preset.name, f"preset {preset.name}", fmt, preset)
-    path = Path(ref)
-    if path_is_dir(path):
-        path = path / "config.json"
-    if not path_exists(path):
-        known = ", ".join(sorted(PRESETS))
-        raise TokenmillError(f"--model {ref!r} is neither a preset ({known}) nor a config.json path or model directory")
-    config = read_json_object(path)
-    name = path.parent.name if path.name == "config.json" else path.stem.removesuffix("_config")
-    return model_from_config(config, name, str(path), fmt)
+        config, name, source = json.loads(text), preset.name, f"preset {preset.name}"
+    else:
+        path = Path(ref)
+        if path_is_dir(path):
+            path = path / "config.json"
+        if not path_exists(path):
+            known = ", ".join(sorted(PRESETS))
+            raise TokenmillError(
+                f"--model {ref!r} is neither a preset ({known}) nor a config.json path or model directory"
+            )
+        config = read_json_object(path)
+        name = path.parent.name if path.name == "config.json" else path.stem.removesuffix("_config")
+        source = str(path)
+    formats = requantize(config, gemm)
+    spec = model_from_config(formats.config, name, source, fmt or formats.expert_format, preset)
+    if formats.note is None:
+        return spec
+    return replace(
+        spec,
+        notes=(*spec.notes, formats.note),
+        requantized=formats.note,
+        quantize_on_load="fp8" if formats.online_fp8 else None,
+    )

@@ -135,6 +135,10 @@ class ModelSpec:
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     notes: tuple[str, ...] = ()
+    # what ``--weight-format`` changed (``spec.requantize``; also in ``notes``), and the format a
+    # 16-bit checkpoint is quantized to at load (the engines' ``--quantization``)
+    requantized: str | None = None
+    quantize_on_load: str | None = None
 
     # --- layer bookkeeping -------------------------------------------------------------------
     @property
