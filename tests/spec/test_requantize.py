@@ -93,6 +93,14 @@ def test_the_expert_format_still_sets_the_routed_experts() -> None:
 
 def test_no_format_changes_nothing() -> None:
     assert load_model("llama-3.1-70b", weight_format=None) == load_model("llama-3.1-70b")
+    assert load_model("llama-3.1-70b").weight_format is None
+
+
+def test_the_spec_keeps_the_format_asked_even_where_nothing_changed() -> None:
+    # a deployment is named by it (predict --compare weight-format=…)
+    same = load_model("llama-3.1-70b", weight_format="BF16")
+    assert same.weight_format == "bf16" and same.requantized is None
+    assert same.tensors == load_model("llama-3.1-70b").tensors
 
 
 @pytest.mark.parametrize("fmt", WEIGHT_FORMATS)

@@ -7,11 +7,13 @@ and ``decode-KEY`` for each ``--decode-layout`` KEY. An item inherits what it do
 the base: the layout flags, the workers and the decode worker's sizes; ``decode-workers=0`` makes
 it aggregated. So the question the seeds ask of a rack, whether splitting prefill from decoding
 pays at the same GPUs, is one command: ``--gpus 16 --compare
-gpus=8,prefill-workers=1,decode-workers=1``.
+gpus=8,prefill-workers=1,decode-workers=1``. ``weight-format=F`` serves the same checkpoint's
+linear weights in another format (``--weight-format``): FP8 against NVFP4 is one command too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +25,8 @@ from tokenmill.errors import TokenmillError
 DECODE_LAYOUT_KEYS = ITEM_KEYS
 #: ``--compare`` keys of disaggregation besides ``decode-KEY`` (predict only).
 WORKER_KEYS = ("prefill-workers", "decode-workers", "decode-gpus")
+#: ``--compare`` key of the model's weight format (predict only): the model it names is loaded anew.
+FORMAT_KEY = "weight-format"
 
 
 @dataclass(frozen=True)
@@ -43,11 +47,17 @@ class Deployment:
 
     def describe(self) -> str:
         if self.decode is None:
-            return str(self.plan.layout.describe())
+            return _worker(self.plan)
         return (
-            f"{self.prefill_workers} prefill × {self.plan.layout.describe()} ({self.plan.gpus} GPUs) + "
-            f"{self.decode_workers} decode × {self.decode.layout.describe()} ({self.decode.gpus} GPUs)"
+            f"{self.prefill_workers} prefill × {_worker(self.plan)} ({self.plan.gpus} GPUs) + "
+            f"{self.decode_workers} decode × {_worker(self.decode)} ({self.decode.gpus} GPUs)"
         )
+
+
+def _worker(plan: Any) -> str:
+    """A worker's layout, and its weights' format where ``--weight-format`` set one."""
+    fmt = plan.model.weight_format
+    return str(plan.layout.describe()) + (f" {fmt}-weights" if fmt else "")
 
 
 def decode_changes(spec: str | None, where: str = "--decode-layout") -> dict[str, Any]:
@@ -102,13 +112,14 @@ def base_deployment(
 
 
 def _split(item: str) -> tuple[dict[str, str], str]:
-    """A ``--compare`` item's disaggregation keys (as written), and the rest for ``apply_overrides``."""
+    """A ``--compare`` item's disaggregation and format keys (as written), and the rest for
+    ``apply_overrides``."""
     workers: dict[str, str] = {}
     rest = []
     for part in filter(None, (s.strip() for s in item.split(","))):
         key, sep, value = part.partition("=")
         key = key.strip().lstrip("-").replace("_", "-")
-        if sep and (key in WORKER_KEYS or key.startswith("decode-")):
+        if sep and (key in WORKER_KEYS or key == FORMAT_KEY or key.startswith("decode-")):
             workers[key] = value.strip()
         else:
             rest.append(part)
@@ -132,10 +143,12 @@ def compared(
     compare: list[str] | None,
     label: list[str] | None,
     gpus: int,
+    model_in: Callable[[str], Any] | None = None,
 ) -> list[Deployment]:
     """The base and one deployment per ``--compare`` item, named by ``--label`` (in order) or their
     description (with the item where that repeats an earlier name); more labels than deployments,
-    two with one name, or an item a deployment cannot be built from is a one-line error naming it."""
+    two with one name, or an item a deployment cannot be built from is a one-line error naming it.
+    ``model_in`` loads the model with another weight format (a ``weight-format`` item)."""
     from tokenmill.perf.predict import check_disaggregated
     from tokenmill.plan import plan_memory
 
@@ -143,8 +156,16 @@ def compared(
     for item in compare or []:
         workers, rest = _split(item)
         layout, n = apply_overrides(base.plan.layout, rest, gpus)
-        plan = plan_memory(base.plan.model, base.plan.gpu, n, layout)
         given = dict(workers)
+        model = base.plan.model
+        if FORMAT_KEY in given:
+            if model_in is None:
+                raise TokenmillError(f"--compare {item!r}: {FORMAT_KEY} is not a key of this command")
+            try:
+                model = model_in(given.pop(FORMAT_KEY))
+            except TokenmillError as exc:
+                raise TokenmillError(f"--compare {item!r}: {exc}") from None
+        plan = plan_memory(model, base.plan.gpu, n, layout)
         d = _count(item, "decode-workers", given.pop("decode-workers"), 0) if "decode-workers" in given else None
         d = base.decode_workers if d is None else d
         p = _count(item, "prefill-workers", given.pop("prefill-workers"), 1) if "prefill-workers" in given else None

@@ -93,7 +93,8 @@ def predict(
         typer.Option(
             "--compare",
             help="Another layout to predict beside this one: 'dcp=8,pool-ratio=8.82', or disaggregated: "
-            "'gpus=8,prefill-workers=1,decode-workers=1,decode-tp=8' (repeatable).",
+            "'gpus=8,prefill-workers=1,decode-workers=1,decode-tp=8', or in another format: "
+            "'weight-format=nvfp4' (repeatable).",
         ),
     ] = None,
     label: Annotated[
@@ -124,7 +125,8 @@ def predict(
     With several concurrencies (``--concurrency 1,4,16,64``) it predicts each and prints the curve:
     per-GPU throughput against each user's tokens per second, the trade a deployment is chosen on.
     ``--compare`` predicts other layouts beside the base, as ``sweep`` does, aggregated or
-    disaggregated (``prefill-workers``, ``decode-workers``, ``decode-gpus``, ``decode-KEY``).
+    disaggregated (``prefill-workers``, ``decode-workers``, ``decode-gpus``, ``decode-KEY``), or
+    the weights in another format (``weight-format``).
     ``--slo-ttft-ms``/``--slo-tpot-ms`` mark the points whose mean TTFT and TPOT meet the target
     and name, per layout, the one with the most output per GPU among them."""
     from tokenmill.cli.deployments import Deployment, base_deployment, compared
@@ -133,6 +135,7 @@ def predict(
     from tokenmill.perf.predict import predict as run
     from tokenmill.perf.predict import predict_disaggregated
     from tokenmill.perf.replay import check_concurrency
+    from tokenmill.spec import load_model
 
     b = _check_backend(backend)
     levels = sorted(set(parse_number_list(concurrency, "--concurrency", int)))
@@ -149,14 +152,21 @@ def predict(
     base, base_changes, base_dgpus = base_deployment(
         plan, prefill_workers, decode_workers, decode_gpus, decode_layout, gpus
     )
-    named = compared(base, base_changes, base_dgpus, compare, label, gpus) if compare or label else [base]
+
+    def model_in(weight_format: str) -> Any:
+        return load_model(model, flags.get("expert_format"), weight_format)
+
+    named = compared(base, base_changes, base_dgpus, compare, label, gpus, model_in) if compare or label else [base]
     # a disaggregated deployment speculates where its decode workers do
     speculating = [(dep.plan if dep.decode is None else dep.decode).layout.speculative.enabled for dep in named]
     if accept_length is not None and len(named) > 1 and not any(speculating):
         raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
     params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
-    if plan.model.requantized:
-        notes = [plan.model.requantized, *notes]
+    # what --weight-format changed, once, or per deployment where the compared ones differ
+    formats = [(dep.name, dep.plan.model.requantized) for dep in named if dep.plan.model.requantized]
+    if len({dep.plan.model.requantized for dep in named}) == 1:
+        formats = [("", note) for _, note in formats[:1]]
+    notes = [f"{name}: {note}" if name else note for name, note in formats] + list(notes)
     band, band_note, held_out = band_for(plan.gpu.name, b, params_file or shipped_path(), model=model_key(plan.model))
 
     def point(

@@ -122,11 +122,12 @@ def load_model(
         source = str(path)
     formats = requantize(config, gemm)
     spec = model_from_config(formats.config, name, source, fmt or formats.expert_format, preset)
-    if formats.note is None:
+    if not gemm:
         return spec
     return replace(
         spec,
-        notes=(*spec.notes, formats.note),
+        notes=spec.notes if formats.note is None else (*spec.notes, formats.note),
+        weight_format=gemm,
         requantized=formats.note,
         quantize_on_load="fp8" if formats.online_fp8 else None,
     )

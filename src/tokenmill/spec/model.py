@@ -135,8 +135,9 @@ class ModelSpec:
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     notes: tuple[str, ...] = ()
-    # what ``--weight-format`` changed (``spec.requantize``; also in ``notes``), and the format a
-    # 16-bit checkpoint is quantized to at load (the engines' ``--quantization``)
+    # ``--weight-format`` as asked, what it changed (``spec.requantize``; also in ``notes``), and
+    # the format a 16-bit checkpoint is quantized to at load (the engines' ``--quantization``)
+    weight_format: str | None = None
     requantized: str | None = None
     quantize_on_load: str | None = None
 
