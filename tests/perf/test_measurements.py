@@ -292,3 +292,22 @@ def test_a_broken_config_in_the_models_dir_is_a_skip_reason_naming_the_file(tmp_
     truncated = predict_row(row(model_path="Qwen/Qwen3-32B"), str(tmp_path), load_table())
     assert truncated.ttft_ms is None
     assert "Qwen--Qwen3-32B_config.json: not valid JSON (line 1: Expecting value)" in truncated.skipped_reason
+
+
+def test_scores_by_weight_format_count_every_row_under_its_gemm_quant_mode() -> None:
+    # a format the file does not know is still a row of that format, skipped: its coverage shows it
+    cells = [
+        {"id": "a"},
+        {"id": "b", "precision": "fp8", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"},
+        {"id": "c", "precision": "fp8", "gemm_quant_mode": "FP8_block"},
+        {"id": "d", "precision": "fp4", "gemm_quant_mode": "nvfp4"},
+        {"id": "e", "gemm_quant_mode": "int3"},
+    ]
+    preds = [predict_row(row(**c), str(MODELS), load_table()) for c in cells]
+    by_format = score(preds)["by_format"]
+    assert sorted(by_format) == ["checkpoint", "fp8", "fp8_block", "int3", "nvfp4"]
+    assert [by_format[k]["rows"] for k in ("checkpoint", "fp8", "fp8_block", "nvfp4", "int3")] == [1, 1, 1, 1, 1]
+    assert by_format["int3"]["predicted"] == 0 and by_format["nvfp4"]["predicted"] == 1
+    # smaller weights stream faster: the same deployment decodes faster in each narrower format
+    tpot = {p.id: p.tpot_ms or 0.0 for p in preds}
+    assert tpot["a"] > tpot["b"] > tpot["d"]

@@ -77,6 +77,7 @@ def _print_score(result: dict[str, Any], silicon: bool) -> None:
         ("by_system", "by system"),
         ("by_backend", "by engine"),
         ("by_version", "by engine version"),
+        ("by_format", "by weight format (gemm_quant_mode; checkpoint: the checkpoint's own)"),
     ):
         table(title, result[key])
     if result["skipped_reasons"]:

@@ -40,6 +40,7 @@ class RowPrediction:
     backend: str = ""
     mode: str = ""
     version: str = ""
+    weight_format: str = ""  # the row's gemm_quant_mode ("" = the checkpoint's own)
     fully_specified: bool = True
     measured_ttft_ms: float | None = None
     measured_tpot_ms: float | None = None
@@ -78,6 +79,7 @@ def predict_spec(spec: RowSpec, table: ParamTable, record: bool = False) -> RowP
         backend=spec.backend,
         mode=spec.mode,
         version=spec.version,
+        weight_format=spec.gemm_mode,
         fully_specified=spec.fully_specified,
         measured_ttft_ms=spec.ttft_ms,
         measured_tpot_ms=spec.tpot_ms,
@@ -135,6 +137,7 @@ def predict_row(row: dict[str, str], models_dir: str, table: ParamTable, record:
             backend=r.get("backend", ""),
             mode=r.get("mode", ""),
             version=(r.get("backend_version") or "").strip(),
+            weight_format=(r.get("gemm_quant_mode") or "").strip().lower(),
             fully_specified=row_fully_specified(r),
         )
     return predict_spec(it, table, record)

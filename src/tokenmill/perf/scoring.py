@@ -1,10 +1,12 @@
 """Scores of row predictions: coverage and the median and p90 absolute percentage error of TTFT and
-TPOT, overall and by model, system, engine and system × engine, for the fully specified rows and,
-apart, the disaggregated rows predicted under the worker assumption (``score``); and what a
-skipped row counts under (``reason_kind``)."""
+TPOT, overall and by model, system, engine, system × engine, engine version, mode and weight format
+(the rows' ``gemm_quant_mode``), for the fully specified rows and, apart, the disaggregated rows
+predicted under the worker assumption (``score``); and what a skipped row counts under
+(``reason_kind``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,14 +45,16 @@ def score(preds: list[RowPrediction]) -> dict[str, Any]:
     full = [p for p in preds if p.fully_specified]
     assumed = [p for p in preds if not p.fully_specified]
     result: dict[str, Any] = {"overall": _stats(full), "assumed_disagg": _stats(assumed)}
-    for name, key in (
+    groupings: list[tuple[str, Callable[[RowPrediction], str]]] = [
         ("by_model", lambda p: p.model),
         ("by_system", lambda p: p.system),
         ("by_backend", lambda p: p.backend),
         ("by_system_backend", lambda p: f"{p.system}/{p.backend}"),
         ("by_version", lambda p: version_key(p.backend, p.version or "unversioned")),
         ("by_mode", lambda p: p.mode),
-    ):
+        ("by_format", lambda p: p.weight_format or "checkpoint"),
+    ]
+    for name, key in groupings:
         groups: dict[str, list[RowPrediction]] = {}
         for p in full:
             groups.setdefault(key(p) or "(empty)", []).append(p)  # a row without the column
