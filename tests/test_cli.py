@@ -150,6 +150,20 @@ def test_plan_json_for_a_config_path(capsys: pytest.CaptureFixture[str]) -> None
 # --- plan ratio ----------------------------------------------------------------------------
 
 
+def test_plan_json_with_a_weight_format(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ("plan", "--model", "llama-3.1-70b", "--gpu", "h100", "--gpus", "2", "--json")
+    bf16 = run_json(capsys, *base[:-1], "--gpus", "4", "--json")
+    fp8 = run_json(capsys, *base, "--weight-format", "fp8")
+    assert bf16["weight_format"] is None and fp8["weight_format"] == "fp8"
+    # 8-bit layers and 16-bit embeddings and lm_head: over half of the 16-bit checkpoint
+    assert 0.5 < fp8["checkpoint_bytes"] / bf16["checkpoint_bytes"] < 0.52
+    assert "--quantization fp8" in fp8["launch_command"] and "--quantization fp8" in fp8["launch_command_vllm"]
+    assert "--quantization" not in bf16["launch_command"]
+    assert any("weights sized as fp8" in note for note in fp8["notes"])
+    # on 2 × H100 the 16-bit weights do not leave room for the pools; the 8-bit ones do
+    assert fp8["fits"] and not run_json(capsys, *base)["fits"]
+
+
 def test_plan_ratio_json(capsys: pytest.CaptureFixture[str]) -> None:
     # 5 × 56,171,520 / (9216 × 27,648) = 280,857,600 / 254,803,968 = 1.1022
     d = run_json(capsys, "plan", "ratio", "--avg-request-tokens", "9216", "--json")

@@ -113,6 +113,7 @@ class MemoryPlan:
             "layout": layout_dict(self.layout),
             "fits": self.fits,
             "reason": self.reason,
+            "weight_format": self.model.weight_format,  # --weight-format (None: the checkpoint's own)
             "checkpoint_bytes": self.model.checkpoint_bytes,
             "total_params": self.model.total_params,
             "active_params": self.model.active_params,
