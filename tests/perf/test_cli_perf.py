@@ -1216,18 +1216,6 @@ def test_a_compared_weight_format_is_predicted_as_that_format_alone(capsys: pyte
 
 
 def test_sweep_has_no_weight_format_to_compare(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = cli(
-        capsys,
-        "sweep",
-        "--model",
-        "llama-3.1-8b",
-        "--gpu",
-        "h100",
-        "--gpus",
-        "1",
-        "--rates",
-        "1",
-        "--compare",
-        "weight-format=fp8",
-    )
+    argv = ("sweep", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--rates", "1")
+    code, out, err = cli(capsys, *argv, "--compare", "weight-format=fp8")
     assert code == 2 and out == "" and err.startswith("error: --compare item 'weight-format=fp8' must be KEY=VALUE")
