@@ -47,7 +47,6 @@ assumptions, each reported on the rows it touches:
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import math
@@ -460,7 +459,7 @@ def _raw_config(path: str) -> dict[str, Any]:
 @lru_cache(maxsize=128)
 def model_for_row(config_path: str, gemm_mode: str, moe_mode: str) -> ModelSpec:
     """The model spec of a row: its config with the row's weight formats applied (``spec.requantize``)."""
-    config = copy.deepcopy(_raw_config(config_path))  # the cached object is shared: edit a copy
+    # the cached config is shared: requantize copies it before any edit, and the parsers only read
     name = Path(config_path).name.removesuffix("_config.json")
-    formats = requantize(config, gemm_mode, moe_mode)
+    formats = requantize(_raw_config(config_path), gemm_mode, moe_mode)
     return model_from_config(formats.config, name, config_path, formats.expert_format)
