@@ -124,6 +124,7 @@ def test_generate_names_the_sampling_flag_it_refuses(
         (["--prompt-token-ids", "99999999"], "--prompt-token-ids must be in [0, 4096)"),
         (["--prompt", "hi", "--seed", str(2**64)], "--seed must be a 64-bit integer"),
         (["--prompt", "hi", "--pool-ratio", "1e300"], "--pool-ratio must be a number > 0 and at most 1,000,000"),
+        (["--prompt", "hi", "--device", "gpu"], "--device must be one of auto|cpu|cuda|cuda:N (got 'gpu')"),
     ],
 )
 def test_generate_refuses_what_it_cannot_run_in_one_line(

@@ -23,6 +23,9 @@ ChunkOpt = Annotated[int, typer.Option("--chunk-tokens", help="Chunked-prefill s
 RunningOpt = Annotated[int, typer.Option("--max-running-requests")]
 CacheOpt = Annotated[bool, typer.Option("--prefix-cache/--no-prefix-cache")]
 RatioOpt = Annotated[float | None, typer.Option("--pool-ratio", help="State pool ÷ KV pool bytes.")]
+DeviceOpt = Annotated[
+    str, typer.Option("--device", help="auto|cpu|cuda|cuda:N (auto: the GPU when torch sees one, else the CPU).")
+]
 
 
 _ENGINE_FLAGS = (
@@ -36,6 +39,7 @@ _ENGINE_FLAGS = (
     "prefix_cache",
     "pool_ratio",
     "seed",
+    "device",
 )
 
 
@@ -55,7 +59,9 @@ def _engine_options(
     prefix_cache: bool,
     pool_ratio: float | None,
     seed: int,
+    device: str = "cpu",
 ) -> Any:
+    from tokenmill.runtime.device import device_memory_bytes, resolve_device
     from tokenmill.runtime.llm import EngineOptions
 
     for name, value in (
@@ -67,11 +73,12 @@ def _engine_options(
             raise TokenmillError(f"{name} must be a positive integer (got {value})")
     from tokenmill.hardware.local import physical_memory_bytes
 
-    ram_gib = physical_memory_bytes() / 1024**3
-    if not 0 < memory_gib <= ram_gib:  # also refuses nan and inf
-        raise TokenmillError(
-            f"--memory-gib must be > 0 and at most this machine's {ram_gib:.1f} GiB (got {memory_gib})"
-        )
+    device = resolve_device(device)
+    on_gpu = device_memory_bytes(device)
+    have_gib = (on_gpu if on_gpu is not None else physical_memory_bytes()) / 1024**3
+    where = f"{device}'s" if on_gpu is not None else "this machine's"
+    if not 0 < memory_gib <= have_gib:  # also refuses nan and inf
+        raise TokenmillError(f"--memory-gib must be > 0 and at most {where} {have_gib:.1f} GiB (got {memory_gib})")
     from tokenmill.plan.layout import check_pool_ratio
 
     check_pool_ratio(pool_ratio)
@@ -86,6 +93,7 @@ def _engine_options(
         prefix_cache=prefix_cache,
         pool_ratio=pool_ratio,
         seed=seed,
+        device=device,
     )
 
 
@@ -108,6 +116,7 @@ def generate(
     max_running_requests: RunningOpt = 16,
     prefix_cache: CacheOpt = True,
     pool_ratio: RatioOpt = None,
+    device: DeviceOpt = "auto",
     json_out: JsonOpt = False,
 ) -> None:
     """Generate offline from a prompt: prints the text, or {"token_ids": [...], "text": "..."} with --json."""
@@ -176,6 +185,7 @@ def serve(
     prefix_cache: CacheOpt = True,
     pool_ratio: RatioOpt = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    device: DeviceOpt = "auto",
 ) -> None:
     """Serve a model over the OpenAI API (chat, completions, streaming), with /health and /metrics."""
     if not 0 < port < 65536:

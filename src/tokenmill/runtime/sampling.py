@@ -63,7 +63,7 @@ def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[int]:
-    """One token per row of ``logits`` [n, vocab] (fp32)."""
+    """One token per row of ``logits`` [n, vocab] (fp32, on any device)."""
     if all(p.greedy for p in params):
         return [int(t) for t in torch.argmax(logits, dim=-1).tolist()]
     out: list[int] = []
@@ -71,6 +71,9 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
         if p.greedy:
             out.append(int(torch.argmax(row)))
             continue
+        # the generators live on the CPU, so a seed draws the same tokens whatever device the
+        # model ran on (and torch.multinomial refuses a CPU generator for a GPU tensor)
+        row = row.cpu()
         # shifted so the largest logit is 0 before the division: a tiny temperature then sends the
         # others to -inf (the greedy token, as the limit is) instead of every logit to +-inf and NaN
         filtered = _filter((row - row.max()) / p.temperature, p.top_k, p.top_p)
