@@ -138,6 +138,7 @@ def run_hf(model: Any, batch: list[list[int]], new: int) -> tuple[float, list[li
     for i, p in enumerate(batch):
         ids[i, width - len(p) :] = torch.tensor(p)
         mask[i, width - len(p) :] = 1
+    ids, mask = ids.to(model.device), mask.to(model.device)
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(
@@ -165,6 +166,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="repetitions per point (median reported)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both engines")
     parser.add_argument("--skip-hf", action="store_true", help="tokenmill only")
+    parser.add_argument("--device", default="cpu", help="cpu|cuda: where both engines run")
     parser.add_argument("--checkpoint", type=Path, default=None, help="reuse/build the checkpoint here")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "engine_throughput.md")
     args = parser.parse_args()
@@ -180,7 +182,8 @@ def main() -> None:
         hf = KimiLinearForCausalLM.from_pretrained(ckpt).eval()  # type: ignore[no-untyped-call]
     else:
         hf = build_checkpoint(ckpt)
-    llm = LLM(ckpt, EngineOptions(max_running_requests=max(64, max(levels))))
+    hf = hf.to(args.device)
+    llm = LLM(ckpt, EngineOptions(max_running_requests=max(64, max(levels)), device=args.device))
     # Warm-up (allocator, lazy inits) on both engines, outside the measurement.
     warm = prompts(4, plen, seed=10_000)
     run_tokenmill(llm, warm, 4)
@@ -219,7 +222,7 @@ def main() -> None:
         f"before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, "
         f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}",
         f"- tokenmill from {Path(sys.modules['tokenmill'].__file__ or '?').parent}; "
-        f"torch {torch.__version__}, threads {args.threads}; transformers "
+        f"torch {torch.__version__}, threads {args.threads}, device {args.device}; transformers "
         f"{__import__('transformers').__version__}; fp32",
         f"- model: Kimi-Linear, default-model size (hidden 256, 3 KDA + 1 MLA, vocab {VOCAB}, 8 experts top-2 + 1 "
         "shared), built by transformers, same weights in both engines",
