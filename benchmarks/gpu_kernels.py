@@ -9,7 +9,7 @@ a fitted fraction above what the GPU can do would be a constant soaking up somet
 
     python benchmarks/gpu_kernels.py measure --out kernels.json      # on a GPU (about a minute)
     python benchmarks/gpu_kernels.py measure --smoke --out k.json    # tiny shapes, CPU allowed
-    python benchmarks/gpu_kernels.py report kernels.json --gpu h200 --figure k.png  # anywhere
+    python benchmarks/gpu_kernels.py report run1.json run2.json --gpu h200 --figure k.png  # anywhere
 
 ``measure`` needs only torch; ``report`` reads the JSON and the shipped constants. Timings are CUDA
 events (wall clock on the CPU), the median of ``--iters`` runs after warm-up. Shapes are
@@ -135,6 +135,34 @@ def grouped_moe_gemm(
     return out
 
 
+def fp8_grouped_moe_gemm(
+    dev: torch.device, experts: int, n: int, k: int, tokens_per_expert: list[int], iters: int
+) -> list[dict]:
+    """The grouped GEMM of ``grouped_moe_gemm`` in FP8 (e4m3, a scale per row of the tokens and
+    per output column of each expert, bf16 out) through ``torch._scaled_grouped_mm``."""
+    out = []
+    w8 = (torch.randn(experts, n, k, device=dev) * 0.5).to(torch.float8_e4m3fn)
+    b = w8.transpose(-2, -1)
+    scale_b = torch.ones(experts, n, device=dev)
+    for t in tokens_per_expert:
+        a = (torch.randn(experts * t, k, device=dev) * 0.5).to(torch.float8_e4m3fn)
+        scale_a = torch.ones(experts * t, device=dev)
+        offs = torch.arange(t, experts * t + 1, t, dtype=torch.int32, device=dev)
+        case: dict[str, Any] = {"experts": experts, "tokens_per_expert": t, "n": n, "k": k}
+
+        def run(a: torch.Tensor = a, sa: torch.Tensor = scale_a, offs: torch.Tensor = offs) -> torch.Tensor:
+            return torch._scaled_grouped_mm(a, b, sa, scale_b, offs=offs, out_dtype=torch.bfloat16)
+
+        try:
+            s = time_it(run, dev, iters)
+        except Exception as exc:
+            out.append({**case, "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]})
+            continue
+        case.update(seconds=s, flop_per_s=2 * experts * t * n * k / s, weight_bytes_per_s=experts * n * k / s)
+        out.append(case)
+    return out
+
+
 def routed_moe_gemm(
     dev: torch.device, experts: int, top_k: int, n: int, k: int, tokens: list[int], iters: int
 ) -> list[dict]:
@@ -256,6 +284,12 @@ def measure(dev: torch.device, smoke: bool, iters: int, only: set[str] | None = 
             ),
         ),
         (
+            "moe_grouped_gemm_fp8",
+            lambda: fp8_grouped_moe_gemm(
+                dev, *((8, 128, 64) if smoke else DSV3_EXPERT), [16] if smoke else [16, 64, 256, 1024], iters
+            ),
+        ),
+        (
             "moe_routed_gemm",
             lambda: routed_moe_gemm(
                 dev,
@@ -295,6 +329,26 @@ def measure(dev: torch.device, smoke: bool, iters: int, only: set[str] | None = 
 # --- the report -----------------------------------------------------------------------------------
 
 ENGINES = ("sglang", "vllm", "trtllm")
+#: what a run records once (the rest are lists of shapes)
+_SINGLE = ("copy", "launch")
+
+
+def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several measurement files as one: each kernel class's shapes from every run (a class that
+    failed in a run adds nothing), the device of the first, every command."""
+    data: dict[str, Any] = {
+        "device": runs[0]["device"],
+        "torch": runs[0]["torch"],
+        "cuda": runs[0]["cuda"],
+        "commands": [r["command"] for r in runs],
+    }
+    for run in runs:
+        for key, value in run.items():
+            if key in _SINGLE and isinstance(value, dict) and "error" not in value:
+                data.setdefault(key, []).append(value)
+            elif isinstance(value, list):
+                data.setdefault(key, []).extend(v for v in value if isinstance(v, dict))
+    return data
 
 
 def _fractions(rows: Any, key: str, peak: float) -> list[float]:
@@ -317,11 +371,10 @@ def kernel_classes(data: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
     def fitted(f: Callable[[Any], float]) -> dict[str, float]:
         return {e: f(p) for e, p in fit.items()}
 
-    copy = data.get("copy", {})
     return [
         {
             "name": "device copy (read + write)",
-            "measured": [copy["bytes_per_s"] / hbm] if "bytes_per_s" in copy else [],
+            "measured": _fractions(data.get("copy"), "bytes_per_s", hbm),
             "fitted": {},
         },
         {
@@ -347,11 +400,21 @@ def kernel_classes(data: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
                 if isinstance(r, dict) and "flop_per_s" in r and r["tokens_per_expert"] >= 256
             ]
             + [
-                float(r["routed_flop_per_s"]) / bf16
+                float(r[f"{split}_flop_per_s"]) / bf16
                 for r in data.get("moe_routed_gemm", [])
-                if isinstance(r, dict) and "routed_flop_per_s" in r and r["tokens"] * r["top_k"] >= 256 * r["experts"]
+                for split in ("routed", "balanced")
+                if isinstance(r, dict) and f"{split}_flop_per_s" in r and r["tokens"] * r["top_k"] >= 256 * r["experts"]
             ],
             "fitted": fitted(lambda p: p.moe_matmul_efficiency * p.compute_scale),
+        },
+        {
+            "name": "grouped MoE GEMM, fp8 (row scales), ≥ 256 rows per expert, of fp8 peak",
+            "measured": [
+                float(r["flop_per_s"]) / fp8
+                for r in data.get("moe_grouped_gemm_fp8", [])
+                if isinstance(r, dict) and "flop_per_s" in r and r["tokens_per_expert"] >= 256
+            ],
+            "fitted": fitted(lambda p: p.moe_matmul_efficiency * p.compute_scale * p.fp8_matmul_ratio),
         },
         {
             "name": "prefill attention, causal, 1k–16k tokens, of bf16 peak",
@@ -371,12 +434,15 @@ def report(data: dict[str, Any], gpu: str) -> str:
     from tokenmill.hardware.catalog import load_gpu
     from tokenmill.perf.calibrated import params_for
 
+    if "commands" not in data:  # one run as measured
+        data = merge_runs([data])
     spec = load_gpu(gpu)
     lines = [
         f"Measured on {data['device']} (torch {data['torch']}, CUDA {data['cuda']}); datasheet peaks of "
         f"`{gpu}`: bf16 {spec.flops('bf16') / 1e12:.0f} TFLOP/s, fp8 {spec.flops('fp8') / 1e12:.0f} TFLOP/s, "
-        f"HBM {spec.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s. "
-        + " ".join(f"`{c}`" for c in data.get("commands", [data.get("command", "?")])),
+        f"HBM {spec.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s. Ranges over every shape of "
+        + (f"{len(data['commands'])} runs: " if len(data.get("commands", [])) > 1 else "the run: ")
+        + ", ".join(f"`{c}`" for c in data.get("commands", [data.get("command", "?")])),
         "",
         "| kernel class | measured fraction, lowest – highest over shapes | fitted fraction ("
         + ", ".join(ENGINES)
@@ -388,13 +454,19 @@ def report(data: dict[str, Any], gpu: str) -> str:
         measured = "not measured" if not m else (f"{m[0]:.2f}" if len(m) == 1 else f"{min(m):.2f} – {max(m):.2f}")
         fit = " / ".join(f"{v:.2f}" for v in k["fitted"].values()) or "–"
         lines.append(f"| {k['name']} | {measured} | {fit} |")
-    launch = data.get("launch", {})
-    if "graph_s_per_kernel" in launch:
+    launches = data.get("launch", [])
+    launches = [launches] if isinstance(launches, dict) else launches
+    graphs = [x for x in launches if "graph_s_per_kernel" in x]
+    if graphs:
         fit = {e: params_for(gpu, e)[0] for e in ENGINES}
         per_layer = " / ".join(f"{p.decode_layer_overhead_s * p.overhead_scale * 1e6:.1f}" for p in fit.values())
+
+        def us(key: str) -> str:
+            return ", ".join(f"{x[key] * 1e6:.2f}" for x in graphs)
+
         lines.append(
-            f"| kernel launch: {launch['eager_s_per_kernel'] * 1e6:.2f} µs a kernel from Python, "
-            f"{launch['graph_s_per_kernel'] * 1e6:.2f} µs in a CUDA graph | – | per decode layer, µs: {per_layer} |"
+            f"| kernel launch, µs a kernel: {us('eager_s_per_kernel')} from Python, "
+            f"{us('graph_s_per_kernel')} in a CUDA graph | – | per decode layer, µs: {per_layer} |"
         )
     lines.append("")
     return "\n".join(lines)
@@ -408,6 +480,8 @@ def figure(data: dict[str, Any], gpu: str, paths: list[Path]) -> None:
     from tokenmill.perf.calibrated import params_for
     from tokenmill.report.figure_base import plain_log_labels, pyplot, save
 
+    if "commands" not in data:
+        data = merge_runs([data])
     spec = load_gpu(gpu)
     bf16, fp8, hbm = spec.flops("bf16"), spec.flops("fp8"), spec.hbm_bandwidth_bytes_per_s
     fit = {e: params_for(gpu, e)[0] for e in ENGINES}
@@ -419,11 +493,17 @@ def figure(data: dict[str, Any], gpu: str, paths: list[Path]) -> None:
         for e, p in fit.items():
             ax.axhline(f(p), color="grey", linestyle=styles[e], linewidth=1.2, label=f"fitted, {e}")
 
+    def curve(ax: Any, pts: list[tuple[float, float]], **style: Any) -> None:
+        """Every run's points, and a line through the median at each x."""
+        xs = sorted({a for a, _ in pts})
+        line = ax.plot(xs, [statistics.median(b for a, b in pts if a == x) for x in xs], **style)
+        ax.scatter([a for a, _ in pts], [b for _, b in pts], s=9, color=line[0].get_color(), alpha=0.5)
+
     def by_shape(ax: Any, rows: list[dict], x: str, y: str, peak: float) -> None:
         shapes = sorted({(r["n"], r["k"]) for r in rows if y in r})
         for n, k in shapes:
-            pts = sorted((r[x], r[y] / peak) for r in rows if (r["n"], r["k"]) == (n, k) and y in r)
-            ax.plot([a for a, _ in pts], [b for _, b in pts], marker="o", label=f"[{n:,} × {k:,}]")
+            pts = [(r[x], r[y] / peak) for r in rows if (r["n"], r["k"]) == (n, k) and y in r]
+            curve(ax, pts, marker="o", label=f"[{n:,} × {k:,}]")
 
     panels = [
         (
@@ -465,34 +545,35 @@ def figure(data: dict[str, Any], gpu: str, paths: list[Path]) -> None:
         ax.legend(fontsize=7, loc="lower right")
     ax = axes[1][0]
     rows = [r for r in data.get("moe_grouped_gemm") or [] if "flop_per_s" in r]
-    ax.plot(
-        [r["tokens_per_expert"] for r in rows],
-        [r["flop_per_s"] / bf16 for r in rows],
+    curve(
+        ax,
+        [(r["tokens_per_expert"], r["flop_per_s"] / 1e12) for r in rows],
         marker="o",
-        label="every expert the same rows",
+        label="bf16, rows split evenly",
     )
+    rows = [r for r in data.get("moe_grouped_gemm_fp8") or [] if "flop_per_s" in r]
+    if rows:
+        pts = [(r["tokens_per_expert"], r["flop_per_s"] / 1e12) for r in rows]
+        curve(ax, pts, marker="^", label="fp8 (row scales), split evenly")
     routed = [r for r in data.get("moe_routed_gemm") or [] if "routed_flop_per_s" in r]
     if routed:
-        mean_rows = [r["tokens"] * r["top_k"] / r["experts"] for r in routed]
-        ax.plot(
-            mean_rows,
-            [r["routed_flop_per_s"] / bf16 for r in routed],
-            marker="s",
-            label="random top-8 routing (mean rows)",
-        )
-    fitted(ax, lambda p: p.moe_matmul_efficiency * p.compute_scale)
+        pts = [(r["tokens"] * r["top_k"] / r["experts"], r["routed_flop_per_s"] / 1e12) for r in routed]
+        curve(ax, pts, marker="s", label="bf16, random top-8 routing (mean rows)")
+    for e, p in fit.items():
+        rate = p.moe_matmul_efficiency * p.compute_scale * p.fp8_matmul_ratio * fp8 / 1e12
+        ax.axhline(rate, color="grey", linestyle=styles[e], linewidth=1.2, label=f"fitted fp8 rate, {e}")
     ax.set(
         title="Grouped MoE GEMM, 256 experts [4,096 × 7,168]",
         xlabel="rows per expert",
-        ylabel="fraction of bf16 peak",
+        ylabel="TFLOP/s",
         xscale="log",
-        ylim=(0, 1),
+        ylim=(0, fp8 / 1e12 * 0.6),
     )
     plain_log_labels(ax)
     ax.legend(fontsize=7, loc="upper left")
     ax = axes[1][1]
     rows = data.get("prefill_attention") or []
-    ax.plot([r["seq"] for r in rows], [r["flop_per_s"] / bf16 for r in rows], marker="o", label="SDPA, 64 heads × 128")
+    curve(ax, [(r["seq"], r["flop_per_s"] / bf16) for r in rows], marker="o", label="SDPA, 64 heads × 128")
     fitted(ax, lambda p: p.attention_efficiency * p.compute_scale)
     ax.set(
         title="Prefill attention (causal, one prompt)",
@@ -505,8 +586,13 @@ def figure(data: dict[str, Any], gpu: str, paths: list[Path]) -> None:
     ax.legend(fontsize=7, loc="lower right")
     ax = axes[1][2]
     rows = data.get("decode_attention") or []
-    labels = [f"{r['batch']} × {r['context']:,}" for r in rows]
-    ax.bar(labels, [r["cache_bytes_per_s"] / hbm for r in rows], color="tab:blue", label="SDPA, 8 heads × 128")
+    cases = sorted({(r["batch"], r["context"]) for r in rows})
+    labels = [f"{b} × {c:,}" for b, c in cases]
+    medians = [
+        statistics.median(r["cache_bytes_per_s"] / hbm for r in rows if (r["batch"], r["context"]) == bc)
+        for bc in cases
+    ]
+    ax.bar(labels, medians, color="tab:blue", label="SDPA, 8 heads × 128 (median of runs)")
     fitted(ax, lambda p: p.cache_bandwidth_efficiency)
     ax.set(
         title="Decode attention (K/V cache read)",
@@ -544,11 +630,7 @@ def main() -> None:
         args.out.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
     else:
-        data: dict[str, Any] = {"commands": []}
-        for path in args.json:
-            one = json.loads(path.read_text())
-            data["commands"].append(one["command"])
-            data.update({k: v for k, v in one.items() if k != "command"})
+        data = merge_runs([json.loads(path.read_text()) for path in args.json])
         print(report(data, args.gpu))
         if args.figure:
             figure(data, args.gpu, args.figure)

@@ -80,3 +80,25 @@ def test_the_smoke_run_measures_every_class_on_a_cpu(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     gk.figure(data, "h200", [tmp_path / "k.png"])
     assert (tmp_path / "k.png").stat().st_size > 10_000
+
+
+def test_several_runs_pool_their_shapes_and_a_failed_class_adds_nothing() -> None:
+    second = {
+        "device": "test GPU",
+        "torch": "x",
+        "cuda": "y",
+        "command": "again",
+        "copy": {"bytes_per_s": 4.32e12},
+        "dense_gemm": [{"m": 512, "n": 8, "k": 8, "flop_per_s": 692.3e12}],
+        "weight_streaming": {"error": "OutOfMemoryError"},
+        "moe_grouped_gemm_fp8": [{"tokens_per_expert": 256, "n": 8, "k": 8, "flop_per_s": 989.5e12}],
+    }
+    merged = gk.merge_runs([SYNTHETIC, second])
+    assert merged["commands"] == ["by hand", "again"]
+    text = gk.report(merged, "h200")
+    rows = {r.split(" | ")[0].lstrip("| "): r.split(" | ")[1] for r in text.splitlines() if r.startswith("| ")}
+    assert rows["device copy (read + write)"] == "0.88 – 0.90"  # 4.2 and 4.32 of 4.8
+    assert rows["dense bf16 GEMM (512–16,384 rows), of bf16 peak"] == "0.50 – 0.70"  # 494.5 and 692.3 of 989
+    assert rows["weights streamed by decode GEMMs (1–256 rows), of HBM"] == "0.50 – 0.75"  # the first run's only
+    assert rows["grouped MoE GEMM, fp8 (row scales), ≥ 256 rows per expert, of fp8 peak"] == "0.50"  # 989.5 of 1,979
+    assert "Ranges over every shape of 2 runs" in text
