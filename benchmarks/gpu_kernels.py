@@ -69,30 +69,32 @@ def copy_bandwidth(dev: torch.device, nbytes: int, iters: int) -> dict[str, Any]
     return {"bytes": 2 * nbytes, "seconds": s, "bytes_per_s": 2 * nbytes / s}
 
 
-def weight_streaming(dev: torch.device, shapes: list[tuple[int, int]], rows: list[int], iters: int) -> list[dict]:
-    """Decode-like GEMMs: few rows M against a large weight [N, K]; bytes of the weight per second."""
+def _linear_times(dev: torch.device, shapes: list[tuple[int, int]], rows: list[int], iters: int) -> list[dict]:
+    """Seconds of a bf16 ``linear`` of M rows against each weight [N, K]."""
     out = []
     for n, k in shapes:
         w = torch.randn(n, k, dtype=torch.bfloat16, device=dev) * 0.02
         for m in rows:
             x = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
             s = time_it(lambda x=x, w=w: torch.nn.functional.linear(x, w), dev, iters)
-            out.append({"m": m, "n": n, "k": k, "seconds": s, "weight_bytes_per_s": 2 * n * k / s})
+            out.append({"m": m, "n": n, "k": k, "seconds": s})
         del w
     return out
+
+
+def weight_streaming(dev: torch.device, shapes: list[tuple[int, int]], rows: list[int], iters: int) -> list[dict]:
+    """Decode-like GEMMs: few rows M against a large weight [N, K]; bytes of the weight per second."""
+    return [
+        {**r, "weight_bytes_per_s": 2 * r["n"] * r["k"] / r["seconds"]} for r in _linear_times(dev, shapes, rows, iters)
+    ]
 
 
 def dense_gemm(dev: torch.device, shapes: list[tuple[int, int]], rows: list[int], iters: int) -> list[dict]:
     """Prefill-like bf16 GEMMs: M rows × weight [N, K]; FLOP/s."""
-    out = []
-    for n, k in shapes:
-        w = torch.randn(n, k, dtype=torch.bfloat16, device=dev) * 0.02
-        for m in rows:
-            x = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
-            s = time_it(lambda x=x, w=w: torch.nn.functional.linear(x, w), dev, iters)
-            out.append({"m": m, "n": n, "k": k, "seconds": s, "flop_per_s": 2 * m * n * k / s})
-        del w
-    return out
+    return [
+        {**r, "flop_per_s": 2 * r["m"] * r["n"] * r["k"] / r["seconds"]}
+        for r in _linear_times(dev, shapes, rows, iters)
+    ]
 
 
 def fp8_gemm(dev: torch.device, shapes: list[tuple[int, int]], rows: list[int], iters: int) -> list[dict]:

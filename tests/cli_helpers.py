@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -49,3 +52,15 @@ def modules_after(code: str, watched: tuple[str, ...]) -> tuple[subprocess.Compl
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     lines = proc.stderr.strip().splitlines()
     return proc, lines[-1].split() if lines else []
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported as a module (the folder is not a package), for tests of
+    its pure helpers."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module

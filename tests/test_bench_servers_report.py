@@ -1,23 +1,8 @@
 """The pure helpers of benchmarks/bench_servers.py: JSON key comparison, the table, the run checks."""
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+from tests.cli_helpers import load_benchmark
 
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_servers.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_servers", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_servers", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-bs = _load()
+bs = load_benchmark("bench_servers")
 
 
 def test_key_paths_nested_objects_and_lists() -> None:

@@ -2,48 +2,39 @@
 worked by hand (H200's datasheet: 989 TFLOP/s bf16, 1,979 fp8, 4.8 TB/s; the fitted constants
 read from params.json here, not through the code that applies them)."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
 
+from tests.cli_helpers import load_benchmark
+
 ROOT = Path(__file__).resolve().parent.parent
-_PATH = ROOT / "benchmarks" / "gpu_kernels.py"
+gk = load_benchmark("gpu_kernels")
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_kernels", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gpu_kernels", module)
-    spec.loader.exec_module(module)
-    return module
+def _run(command: str, **classes: Any) -> dict[str, Any]:
+    """One measurement file as ``measure`` writes it, with these kernel classes."""
+    return {"device": "test GPU", "torch": "x", "cuda": "y", "command": command, **classes}
 
 
-gk = _load()
-
-SYNTHETIC = {
-    "device": "test GPU",
-    "torch": "x",
-    "cuda": "y",
-    "command": "by hand",
-    "copy": {"bytes_per_s": 4.2e12},
-    "weight_streaming": [
+SYNTHETIC = _run(
+    "by hand",
+    copy={"bytes_per_s": 4.2e12},
+    weight_streaming=[
         {"m": 1, "n": 8, "k": 8, "weight_bytes_per_s": 2.4e12},
         {"m": 64, "n": 8, "k": 8, "weight_bytes_per_s": 3.6e12},
     ],
-    "dense_gemm": [{"m": 512, "n": 8, "k": 8, "flop_per_s": 494.5e12}],
-    "fp8_gemm": {"error": "RuntimeError: not on this build"},
-    "moe_grouped_gemm": [
+    dense_gemm=[{"m": 512, "n": 8, "k": 8, "flop_per_s": 494.5e12}],
+    fp8_gemm={"error": "RuntimeError: not on this build"},
+    moe_grouped_gemm=[
         {"tokens_per_expert": 64, "n": 8, "k": 8, "flop_per_s": 100e12},  # under 256 rows: not counted
         {"tokens_per_expert": 256, "n": 8, "k": 8, "flop_per_s": 593.4e12},
         {"tokens_per_expert": 1024, "n": 8, "k": 8, "error": "refused"},
     ],
-}
+)
 
 
 def _fitted(gpu: str, backend: str, *fields: str) -> float:
@@ -83,16 +74,13 @@ def test_the_smoke_run_measures_every_class_on_a_cpu(tmp_path: Path) -> None:
 
 
 def test_several_runs_pool_their_shapes_and_a_failed_class_adds_nothing() -> None:
-    second = {
-        "device": "test GPU",
-        "torch": "x",
-        "cuda": "y",
-        "command": "again",
-        "copy": {"bytes_per_s": 4.32e12},
-        "dense_gemm": [{"m": 512, "n": 8, "k": 8, "flop_per_s": 692.3e12}],
-        "weight_streaming": {"error": "OutOfMemoryError"},
-        "moe_grouped_gemm_fp8": [{"tokens_per_expert": 256, "n": 8, "k": 8, "flop_per_s": 989.5e12}],
-    }
+    second = _run(
+        "again",
+        copy={"bytes_per_s": 4.32e12},
+        dense_gemm=[{"m": 512, "n": 8, "k": 8, "flop_per_s": 692.3e12}],
+        weight_streaming={"error": "OutOfMemoryError"},
+        moe_grouped_gemm_fp8=[{"tokens_per_expert": 256, "n": 8, "k": 8, "flop_per_s": 989.5e12}],
+    )
     merged = gk.merge_runs([SYNTHETIC, second])
     assert merged["commands"] == ["by hand", "again"]
     text = gk.report(merged, "h200")
