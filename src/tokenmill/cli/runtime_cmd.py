@@ -76,9 +76,9 @@ def _engine_options(
     device = resolve_device(device)
     on_gpu = device_memory_bytes(device)
     have_gib = (on_gpu if on_gpu is not None else physical_memory_bytes()) / 1024**3
-    where = f"{device}'s" if on_gpu is not None else "this machine's"
+    where = f"the {have_gib:.1f} GiB of {device}" if on_gpu is not None else f"this machine's {have_gib:.1f} GiB"
     if not 0 < memory_gib <= have_gib:  # also refuses nan and inf
-        raise TokenmillError(f"--memory-gib must be > 0 and at most {where} {have_gib:.1f} GiB (got {memory_gib})")
+        raise TokenmillError(f"--memory-gib must be > 0 and at most {where} (got {memory_gib})")
     from tokenmill.plan.layout import check_pool_ratio
 
     check_pool_ratio(pool_ratio)
