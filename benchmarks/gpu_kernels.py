@@ -360,15 +360,21 @@ def _fractions(rows: Any, key: str, peak: float) -> list[float]:
     return [float(r[key]) / peak for r in rows if key in r]
 
 
-def kernel_classes(data: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
-    """Per kernel class: the measured fractions of the datasheet peak over the shapes, and the
-    fitted fraction the cost model uses for it under each engine."""
+def reference(gpu: str) -> tuple[float, float, float, dict[str, Any]]:
+    """The catalog's bf16 and fp8 peaks (FLOP/s) and HBM bandwidth (B/s) of ``gpu``, and its fitted
+    constants under each engine: what every measured fraction is set against."""
     from tokenmill.hardware.catalog import load_gpu
     from tokenmill.perf.calibrated import params_for
 
     spec = load_gpu(gpu)
-    bf16, fp8, hbm = spec.flops("bf16"), spec.flops("fp8"), spec.hbm_bandwidth_bytes_per_s
     fit = {e: params_for(gpu, e)[0] for e in ENGINES}
+    return spec.flops("bf16"), spec.flops("fp8"), spec.hbm_bandwidth_bytes_per_s, fit
+
+
+def kernel_classes(data: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
+    """Per kernel class: the measured fractions of the datasheet peak over the shapes, and the
+    fitted fraction the cost model uses for it under each engine."""
+    bf16, fp8, hbm, fit = reference(gpu)
 
     def fitted(f: Callable[[Any], float]) -> dict[str, float]:
         return {e: f(p) for e, p in fit.items()}
@@ -433,16 +439,13 @@ def kernel_classes(data: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
 
 def report(data: dict[str, Any], gpu: str) -> str:
     """Markdown: each kernel class's measured fractions of the datasheet peak beside the fitted ones."""
-    from tokenmill.hardware.catalog import load_gpu
-    from tokenmill.perf.calibrated import params_for
-
     if "commands" not in data:  # one run as measured
         data = merge_runs([data])
-    spec = load_gpu(gpu)
+    bf16, fp8, hbm, fit = reference(gpu)
     lines = [
         f"Measured on {data['device']} (torch {data['torch']}, CUDA {data['cuda']}); datasheet peaks of "
-        f"`{gpu}`: bf16 {spec.flops('bf16') / 1e12:.0f} TFLOP/s, fp8 {spec.flops('fp8') / 1e12:.0f} TFLOP/s, "
-        f"HBM {spec.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s. Ranges over every shape of "
+        f"`{gpu}`: bf16 {bf16 / 1e12:.0f} TFLOP/s, fp8 {fp8 / 1e12:.0f} TFLOP/s, "
+        f"HBM {hbm / 1e12:.2f} TB/s. Ranges over every shape of "
         + (f"{len(data['commands'])} runs: " if len(data.get("commands", [])) > 1 else "the run: ")
         + ", ".join(f"`{c}`" for c in data.get("commands", [data.get("command", "?")])),
         "",
@@ -454,13 +457,12 @@ def report(data: dict[str, Any], gpu: str) -> str:
     for k in kernel_classes(data, gpu):
         m = k["measured"]
         measured = "not measured" if not m else (f"{m[0]:.2f}" if len(m) == 1 else f"{min(m):.2f} – {max(m):.2f}")
-        fit = " / ".join(f"{v:.2f}" for v in k["fitted"].values()) or "–"
-        lines.append(f"| {k['name']} | {measured} | {fit} |")
+        fitted = " / ".join(f"{v:.2f}" for v in k["fitted"].values()) or "–"
+        lines.append(f"| {k['name']} | {measured} | {fitted} |")
     launches = data.get("launch", [])
     launches = [launches] if isinstance(launches, dict) else launches
     graphs = [x for x in launches if "graph_s_per_kernel" in x]
     if graphs:
-        fit = {e: params_for(gpu, e)[0] for e in ENGINES}
         per_layer = " / ".join(f"{p.decode_layer_overhead_s * p.overhead_scale * 1e6:.1f}" for p in fit.values())
 
         def us(key: str) -> str:
@@ -477,16 +479,11 @@ def report(data: dict[str, Any], gpu: str) -> str:
 def figure(data: dict[str, Any], gpu: str, paths: list[Path]) -> None:
     """Each kernel class's measured fraction of peak against its size, the fitted fractions as
     horizontal lines (one per engine)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from tokenmill.hardware.catalog import load_gpu
-    from tokenmill.perf.calibrated import params_for
     from tokenmill.report.figure_base import plain_log_labels, pyplot, save
 
     if "commands" not in data:
         data = merge_runs([data])
-    spec = load_gpu(gpu)
-    bf16, fp8, hbm = spec.flops("bf16"), spec.flops("fp8"), spec.hbm_bandwidth_bytes_per_s
-    fit = {e: params_for(gpu, e)[0] for e in ENGINES}
+    bf16, fp8, hbm, fit = reference(gpu)
     plt = pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
     styles = {"sglang": ":", "vllm": "--", "trtllm": "-."}

@@ -29,6 +29,7 @@ SYNTHETIC = _run(
     ],
     dense_gemm=[{"m": 512, "n": 8, "k": 8, "flop_per_s": 494.5e12}],
     fp8_gemm={"error": "RuntimeError: not on this build"},
+    launch={"kernels": 10, "eager_s_per_kernel": 8e-6, "graph_s_per_kernel": 1.25e-6},
     moe_grouped_gemm=[
         {"tokens_per_expert": 64, "n": 8, "k": 8, "flop_per_s": 100e12},  # under 256 rows: not counted
         {"tokens_per_expert": 256, "n": 8, "k": 8, "flop_per_s": 593.4e12},
@@ -41,7 +42,8 @@ def _fitted(gpu: str, backend: str, *fields: str) -> float:
     data = json.loads((ROOT / "src/tokenmill/perf/calibrated/params.json").read_text())
     value = 1.0
     for f in fields:
-        value *= data["gpus"][gpu][f] if f in data["gpus"][gpu] else data["backends"][backend][f]
+        group = next(g for g in (data["gpus"][gpu], data["backends"][backend], data["global"]) if f in g)
+        value *= group[f]
     return float(value)
 
 
@@ -60,6 +62,13 @@ def test_the_report_puts_each_measured_fraction_beside_the_fitted_ones() -> None
     assert rows["dense fp8 GEMM (512–16,384 rows), of fp8 peak"].split(" | ")[1] == "not measured"
     assert rows["grouped MoE GEMM, bf16, ≥ 256 rows per expert, of bf16 peak"].split(" | ")[1] == "0.60"  # 593.4/989
     assert rows["prefill attention, causal, 1k–16k tokens, of bf16 peak"].split(" | ")[1] == "not measured"
+    launch = next(r for name, r in rows.items() if name.startswith("kernel launch"))
+    assert "8.00 from Python, 1.25 in a CUDA graph" in launch
+    per_layer = " / ".join(
+        f"{_fitted('h200', b, 'decode_layer_overhead_s', 'overhead_scale') * 1e6:.1f}"
+        for b in ("sglang", "vllm", "trtllm")
+    )
+    assert launch.endswith(f"per decode layer, µs: {per_layer} |")
 
 
 def test_the_smoke_run_measures_every_class_on_a_cpu(tmp_path: Path) -> None:
