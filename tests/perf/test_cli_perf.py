@@ -846,15 +846,26 @@ def test_a_curve_figure_with_a_wrong_suffix_is_refused_before_any_work(
 
 
 def test_a_curve_of_one_token_answers_has_no_speed_per_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """OSL 1: TPOT is 0 (no second token), so tokens/s per user is not a number; the table says
-    so and the figure leaves those points off its interactivity axis (was a ZeroDivisionError)."""
+    """OSL 1: there is no second token, so no TPOT (bench_serving defines it only for
+    output_len > 1) and no tokens/s per user: the table says "—" for both, the JSON null, and the
+    figure leaves those points off its interactivity axis (was a ZeroDivisionError; until
+    2026-12-04 the TPOT read 0.00, beside a TPOT line summing a decode step to it)."""
     base = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--isl", "512", "--osl", "1")
     figure = tmp_path / "c.png"
     code, out, err = cli(capsys, *base, "--concurrency", "1,4", "--figure", str(figure))
     assert code == 0, err
     rows = [line.split("│") for line in out.splitlines() if line.count("│") == 8]
-    assert [r[0].strip() for r in rows] == ["1", "4"] and all(r[4].strip() == "—" for r in rows)
+    assert [r[0].strip() for r in rows] == ["1", "4"] and all(r[3].strip() == r[4].strip() == "—" for r in rows)
     assert figure.read_bytes().startswith(b"\x89PNG")
+    code, out, err = cli(capsys, *base, "--concurrency", "4", "--json", "--slo-tpot-ms", "1")
+    assert code == 0, err
+    point = json.loads(out)
+    assert point["tpot_ms"] is None and point["accuracy"]["tpot_ms_range_80"] is None
+    assert point["ttft_ms"] > 0 and point["meets_slo"]  # no TPOT to hold to the bound
+    code, out, err = cli(capsys, *base, "--concurrency", "4")
+    assert code == 0, err
+    assert "TPOT: none, the answer is one token" in " ".join(out.split())
+    assert "TPOT 0.00" not in out
 
 
 K3_FRESH = ("predict", "--pool-ratio", "1.1", "--isl", "8400", "--osl", "512")

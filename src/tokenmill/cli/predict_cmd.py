@@ -190,6 +190,8 @@ def predict(
         else:
             pred = run(at.plan, b, isl, osl, level, params, accept, notes, waiting, saturated=not exact)
         out = pred.to_dict()
+        if osl == 1:  # no token after the first: bench_serving defines TPOT only for output_len > 1
+            out["tpot_ms"] = None
         out["accuracy"] = None
         if band is not None:
             out["accuracy"] = {
@@ -197,7 +199,9 @@ def predict(
                 "held_out": bool(held_out),
                 "held_out_of": held_out or None,  # "model", "gpu" or "architecture": what the fit did not see
                 "ttft_ms_range_80": [round(x, 3) for x in band.interval("ttft", pred.ttft_ms)],
-                "tpot_ms_range_80": [round(x, 4) for x in band.interval("tpot", pred.tpot_ms)],
+                "tpot_ms_range_80": None
+                if out["tpot_ms"] is None
+                else [round(x, 4) for x in band.interval("tpot", pred.tpot_ms)],
             }
         if slo is not None:
             out["meets_slo"] = _meets(out, slo)
@@ -275,7 +279,8 @@ def _slo_target(ttft_ms: float | None, tpot_ms: float | None) -> dict[str, float
 def _meets(out: dict[str, Any], slo: dict[str, float | None]) -> bool:
     """Whether a point's mean TTFT and TPOT are within the target (a bound not set always holds)."""
     ttft, tpot = slo["ttft_ms"], slo["tpot_ms"]
-    return (ttft is None or out["ttft_ms"] <= ttft) and (tpot is None or out["tpot_ms"] <= tpot)
+    no_tpot = out["tpot_ms"] is None  # one output token: nothing to hold to a TPOT bound
+    return (ttft is None or out["ttft_ms"] <= ttft) and (tpot is None or no_tpot or out["tpot_ms"] <= tpot)
 
 
 def _best_point(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -318,9 +323,11 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
         )
         t.add_column("median error", justify="right")
     for key in ("ttft_ms", "tpot_ms", "output_throughput_per_gpu", "total_throughput_per_gpu", "requests_per_s"):
-        cells = [key, f"{out[key]:,.2f}"]
+        cells = [key, "—" if out[key] is None else f"{out[key]:,.2f}"]
         metric = key.split("_")[0]
-        if acc and metric in ("ttft", "tpot"):
+        if acc and metric in ("ttft", "tpot") and acc[f"{metric}_ms_range_80"] is None:
+            cells += ["—", ""]  # no TPOT: one output token
+        elif acc and metric in ("ttft", "tpot"):
             lo, hi = acc[f"{metric}_ms_range_80"]
             cells += [f"{lo:,.2f} – {hi:,.2f}", f"{100 * acc[f'{metric}_median_ape']:.0f} %"]
         elif acc:
@@ -334,7 +341,9 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
     if regimes:
         console.print(regimes)
     split = out["tpot_split_ms"]
-    if out.get("disaggregated"):
+    if out["tpot_ms"] is None:
+        console.print("TPOT: none, the answer is one token (bench_serving defines TPOT only for output_len > 1)")
+    elif out.get("disaggregated"):
         per_pass = (
             f"one verify pass ({out['decode_step']['ms']:,.2f} ms) ÷ {out['accept_length']:g} accepted tokens"
             if out["accept_length"] != 1
@@ -432,8 +441,8 @@ def _print_curve(
                 f"{out['concurrency']:,}",
                 f"{out['ttft_ms']:,.1f}",
                 f"{out['ttft_split_ms']['queued'] + out['ttft_split_ms'].get('decode_slot', 0.0):,.1f}",
-                f"{out['tpot_ms']:,.2f}",
-                f"{1e3 / out['tpot_ms']:,.1f}" if out["tpot_ms"] > 0 else "—",  # one output token: no decode
+                "—" if out["tpot_ms"] is None else f"{out['tpot_ms']:,.2f}",  # one output token: no TPOT
+                "—" if out["tpot_ms"] is None else f"{1e3 / out['tpot_ms']:,.1f}",
                 f"{out['output_throughput_per_gpu']:,.1f}",
                 f"{out['total_throughput_per_gpu']:,.1f}",
                 f"{out['requests_per_s']:,.2f}",

@@ -38,7 +38,7 @@ def curve_figure(
     for i, (name, points) in enumerate(curves):
         marker = markers[i % len(markers)]
         pts = sorted(points, key=lambda p: p["concurrency"])
-        decoding = [p for p in pts if p["tpot_ms"] > 0]  # one output token (OSL 1) has no time per token
+        decoding = [p for p in pts if p["tpot_ms"]]  # one output token (OSL 1) has no time per token (None)
         decoding_any = decoding_any or bool(decoding)
         per_user = [1e3 / p["tpot_ms"] for p in decoding]
         per_gpu = [p["output_throughput_per_gpu"] for p in decoding]
