@@ -128,6 +128,11 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument(
+        "--no-dedupe",
+        action="store_true",
+        help="weigh every row 1 in the fit, also rows that repeat another's measurement (before 2026-12-04)",
+    )
+    ap.add_argument(
         "--fit-without",
         action="append",
         default=[],
@@ -151,6 +156,9 @@ def main() -> None:
     t0 = time.perf_counter()
     data, fam = recorded(args.cache, args.measurements, args.models_dir, args.jobs)
     print(f"{len(data.ids)} rows, {len(data.row):,} recorded steps ({time.perf_counter() - t0:.0f} s)")
+    if args.no_dedupe:
+        data.row_weight = np.ones(len(data.ids))
+    print(f"the fit weighs them as {data.weights().sum():.0f} measurements")
     row_fam = np.array([fam[i] for i in data.ids])
     families = sorted(set(row_fam))
     unknown = set(args.only) - set(families)

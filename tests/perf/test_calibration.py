@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tokenmill.perf.calibrate as calibrate
 from tests.perf.rows import MODELS, row
@@ -325,3 +327,38 @@ def test_a_params_file_of_the_wrong_shape_is_one_error(tmp_path: Path, content: 
     with pytest.raises(TokenmillError) as exc:
         load_table(path)
     assert message in str(exc.value) and str(path) in str(exc.value) and "\n" not in str(exc.value)
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=30))
+def test_each_measurement_weighs_one_however_many_rows_report_it(keys: list[int]) -> None:
+    w = calibrate.measurement_weights(keys)
+    assert w.sum() == pytest.approx(len(set(keys)))
+    for k in set(keys):
+        group = [w[i] for i, x in enumerate(keys) if x == k]
+        assert group == pytest.approx([1 / len(group)] * len(group))
+
+
+def test_a_measurement_reported_twice_pulls_the_fit_as_once() -> None:
+    """The calibration file reports some benchmark points twice (two source files, or under both
+    DeepSeek-R1 and DeepSeek-V3): the fit counts a measurement once, so a copy of a row under
+    another id leaves the fitted constants as they were (docs/perf.md §3)."""
+    a = row(id="a", silicon_data_source="s; silicon_concurrency=4", isl="2048", osl="64", silicon_ttft_ms="500")
+    b = row(id="b", silicon_data_source="s; silicon_concurrency=16", isl="2048", osl="64", silicon_ttft_ms="1500")
+    copy = dict(a, id="a-copy")
+    once = collect(predict_rows([a, b], MODELS, ParamTable(), record=True))
+    twice = collect(predict_rows([a, b, copy], MODELS, ParamTable(), record=True))
+    counted = collect(predict_rows([a, b, copy], MODELS, ParamTable(), record=True), dedupe=False)
+    assert once.weights().tolist() == [1.0, 1.0]
+    assert dict(zip(twice.ids, twice.weights().tolist(), strict=True)) == {"a": 0.5, "b": 1.0, "a-copy": 0.5}
+    assert counted.weights().tolist() == [1.0, 1.0, 1.0]
+    # a subset keeps its rows' weights
+    assert twice.without(np.array([True, False, True])).weights().tolist() == [0.5, 0.5]
+    t_once, r_once = fit_constants(once, ParamTable(), sweeps=2)
+    t_twice, r_twice = fit_constants(twice, ParamTable(), sweeps=2)
+    t_counted, _ = fit_constants(counted, ParamTable(), sweeps=2)
+    assert r_twice.loss_after == pytest.approx(r_once.loss_after, rel=1e-9)
+    assert t_twice.to_json()["global"] == pytest.approx(t_once.to_json()["global"], rel=1e-9)
+    assert t_twice.to_json()["backends"] == t_once.to_json()["backends"]
+    # counted per row, the copy pulls: the fitted constants move
+    moved = {k: t_counted.to_json()["global"][k] / v for k, v in t_once.to_json()["global"].items()}
+    assert max(abs(m - 1) for m in moved.values()) > 0.01

@@ -6,8 +6,9 @@ this module records those replays and refits their constants:
 - :func:`fit` fits the constants: replay each fully specified row once with the current constants,
   recording every step's resource demands and its weight in the row's mean TTFT and TPOT; then
   minimise the robust sum over rows of |log(predicted / measured)| (smoothed near 0) for TTFT and
-  TPOT by cyclic coordinate descent in log space, one constant at a time (a 7-point grid around
-  the current value, then golden-section search inside the best bracket, inside each constant's
+  TPOT, each row weighed by 1 / the rows that report its measurement (``measurement_weights``),
+  by cyclic coordinate descent in log space, one constant at a time (a 7-point grid around the
+  current value, then golden-section search inside the best bracket, inside each constant's
   physical bounds). A constant of one GPU kind or one engine is scored on that GPU's or engine's
   rows only; then each engine version with rows enough gets its own engine constants, as factors
   on its engine's (``_fit_versions``). Replay and fit alternate ``rounds`` times (the replay's
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -60,6 +62,7 @@ class _Subset:
     meas_ttft: np.ndarray
     meas_tpot: np.ndarray
     n_rows: int
+    weight: np.ndarray  # per row: 1 / the rows that report its measurement (``measurement_weights``)
 
 
 @dataclass
@@ -81,6 +84,11 @@ class FitData:
     versions: list[str] = field(default_factory=list)  # "engine@version" with constants of its own
     row_ver: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # index or -1
     row_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))  # Recorded.prompt_steps per row
+    row_weight: np.ndarray = field(default_factory=lambda: np.zeros(0))  # measurement_weights; empty: all 1
+
+    def weights(self) -> np.ndarray:
+        """Each row's weight in the loss (1 where none was recorded)."""
+        return self.row_weight if len(self.row_weight) == len(self.ids) else np.ones(len(self.ids))
 
     def subset(self, rows_mask: np.ndarray) -> _Subset:
         keep_rows = np.flatnonzero(rows_mask)
@@ -102,6 +110,7 @@ class FitData:
             self.meas_ttft[keep_rows],
             self.meas_tpot[keep_rows],
             len(keep_rows),
+            self.weights()[keep_rows],
         )
 
     def without(self, keep: np.ndarray) -> FitData:
@@ -126,6 +135,7 @@ class FitData:
             self.versions,
             self.row_ver[idx],
             self.row_steps[idx],
+            self.weights()[idx],
         )
 
 
@@ -133,10 +143,25 @@ class FitData:
 MIN_VERSION_ROWS = 20
 
 
-def collect(preds: Iterable[RowPrediction], versions: bool = False) -> FitData:
+def measurement_weights(keys: Sequence[Hashable]) -> np.ndarray:
+    """1 / (the rows sharing a key) for each row: one measurement counts once in the fit, however
+    many rows report it.
+
+    In the calibration file 454 of the 3,181 fully specified rows repeat another row's
+    measurement: the same benchmark point copied into two source files, or filed under both
+    DeepSeek-R1 and DeepSeek-V3 (one architecture), down to the last digit of both results.
+    Counted per row, those campaigns (131 extra rows of SGLang on B200 alone, a quarter of SGLang's)
+    pull the constants as if they had been measured two or three times (docs/perf.md §3)."""
+    counts = Counter(keys)
+    return np.array([1.0 / counts[k] for k in keys])
+
+
+def collect(preds: Iterable[RowPrediction], versions: bool = False, dedupe: bool = True) -> FitData:
     """Fit data from recorded predictions (rows without a recording or measurement are left out).
     With ``versions``, rows of an engine version with ``MIN_VERSION_ROWS`` or more rows are marked
-    with it, and the fit gives that version engine constants of its own."""
+    with it, and the fit gives that version engine constants of its own. With ``dedupe`` (the
+    default), rows that report one measurement (the same engine, system and both results) share
+    one row's weight in the loss (``measurement_weights``)."""
     gpus: list[str] = []
     engines: list[str] = []
     feats: list[np.ndarray] = []
@@ -151,6 +176,7 @@ def collect(preds: Iterable[RowPrediction], versions: bool = False) -> FitData:
     mt: list[float] = []
     mp: list[float] = []
     ids: list[str] = []
+    same: list[Hashable] = []
     for p in preds:
         rec = p.recorded
         if rec is None or not p.measured_ttft_ms or not p.measured_tpot_ms or not p.fully_specified:
@@ -173,6 +199,7 @@ def collect(preds: Iterable[RowPrediction], versions: bool = False) -> FitData:
         row_steps.append(rec.prompt_steps)
         mt.append(p.measured_ttft_ms / 1e3)
         mp.append(p.measured_tpot_ms / 1e3)
+        same.append((p.backend, p.system, p.measured_ttft_ms, p.measured_tpot_ms) if dedupe else p.id)
     if not ids:
         raise TokenmillError("no row could be replayed with measurements: nothing to fit")
     counts: dict[str, int] = {}
@@ -197,6 +224,7 @@ def collect(preds: Iterable[RowPrediction], versions: bool = False) -> FitData:
         fitted,
         row_ver,
         np.asarray(row_steps, dtype=float),
+        measurement_weights(same),
     )
 
 
@@ -207,7 +235,7 @@ def _loss(pred_t: np.ndarray, pred_p: np.ndarray, s: _Subset) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         et = np.log(np.maximum(pred_t, 1e-9) / s.meas_ttft)
         ep = np.log(np.maximum(pred_p, 1e-9) / s.meas_tpot)
-    return float(np.sum(np.sqrt(et * et + _DELTA**2) + np.sqrt(ep * ep + _DELTA**2)))
+    return float(np.sum(s.weight * (np.sqrt(et * et + _DELTA**2) + np.sqrt(ep * ep + _DELTA**2))))
 
 
 class _Params:
@@ -311,7 +339,8 @@ class FitReport:
     history: list[float]
 
 
-#: Weight of the pull towards the priors, per row a constant is scored on: (log(value / prior))².
+#: Weight of the pull towards the priors, per row (its measurement weight) a constant is scored on:
+#: (log(value / prior))².
 PRIOR_WEIGHT = 0.02
 #: Two constants published GEMM benchmarks pin: large BF16 GEMMs reach 70–80 % of dense peak on
 #: H100 and B200, 8-bit ones about 0.9 × that fraction of their own peak. The fit pulls them
@@ -391,7 +420,7 @@ class _Coordinate:
         (``POOL_WEIGHT``); none for the rest."""
         self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
         self.log_prior = log_prior
-        self.pull = PRIOR_WEIGHTS.get(key, PRIOR_WEIGHT) * s.n_rows
+        self.pull = PRIOR_WEIGHTS.get(key, PRIOR_WEIGHT) * float(np.sum(s.weight))
         others = cur.gpu[key][list(pooled)] if pooled else None
         self.pool_centre = float(np.mean(np.log(others))) if others is not None else None
         self.ns = cur.view(s)
@@ -460,7 +489,7 @@ def fit_constants(
     efficiencies are shared by the GPUs of one generation (``FAMILY_TIED``) and the 4-bit ratio by
     those of one architecture (``ARCH_TIED``), each scored on its group's rows; every constant is
     pulled towards its prior (``BENCHMARK_PRIORS`` for the GEMM constants) by ``PRIOR_WEIGHT``
-    (``PRIOR_WEIGHTS``) × rows × (log(value / prior))², so a constant the data barely constrain stays
+    (``PRIOR_WEIGHTS``) × rows (weighed) × (log(value / prior))², so a constant the data barely constrain stays
     near its documented prior."""
     cur = _Params(table, data)
     everything = data.subset(np.ones(len(data.ids), dtype=bool))
