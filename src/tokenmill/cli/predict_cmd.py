@@ -189,9 +189,7 @@ def predict(
             )
         else:
             pred = run(at.plan, b, isl, osl, level, params, accept, notes, waiting, saturated=not exact)
-        out = pred.to_dict()
-        if osl == 1:  # no token after the first: bench_serving defines TPOT only for output_len > 1
-            out["tpot_ms"] = None
+        out = pred.to_dict()  # tpot_ms None at OSL 1: no token after the first
         out["accuracy"] = None
         if band is not None:
             out["accuracy"] = {

@@ -92,7 +92,8 @@ class Prediction:
             "wave_prompt_steps": round(self.wave_prompt_steps, 3),
             "burst_share": self.params["burst_share"],
             "burst_jitter_steps": self.params["burst_jitter_steps"],
-            "tpot_ms": round(self.tpot_ms, 4),
+            # one output token has no time per output token (bench_serving: only for output_len > 1)
+            "tpot_ms": None if self.osl == 1 else round(self.tpot_ms, 4),
             "tpot_split_ms": {
                 "decode_step": round(self.decode_step_per_token_ms, 4),
                 "behind_prompts": round(self.behind_prompts_ms, 4),
