@@ -9,9 +9,11 @@
 4. The report puts mean TTFT and TPOT side by side with the error of the simulation.
 
     .venv/bin/python benchmarks/bench_vs_simulate.py [--skip-calibrate] [--concurrency 1,4,8,16,32]
+    python benchmarks/bench_vs_simulate.py --device cuda --out R.md --figure F.png   # on a GPU
 
 Writes benchmarks/results/bench_vs_simulate.md. Takes about four minutes on two cores. Run it on
-a quiet machine: anything else on the cores slows the live server and not the simulation.
+a quiet machine: anything else on the cores slows the live server and not the simulation. With
+``--device cuda`` the calibration, the server and so the entry (``cuda``) are the GPU's.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ from typing import Any
 from tokenmill.cli.local_cmd import simulate_flags
 
 ROOT = Path(__file__).resolve().parents[1]
-TM = str(Path(sys.executable).with_name("tokenmill"))
+# The CLI as this interpreter runs it (no console script needed: on a GPU machine with PYTHONPATH=src).
+TM = [sys.executable, "-m", "tokenmill.cli"]
 # The server's scheduler settings (tokenmill serve's defaults) and the dtype the entry is measured in.
 SERVE = ["--dtype", "bfloat16", "--page-size", "16", "--chunk-tokens", "2048", "--max-running-requests", "64"]
-SIM = simulate_flags()  # the server's scheduler settings (its defaults) as simulate flags
 
 
 def _run_json(cmd: list[str]) -> dict[str, Any]:
@@ -131,7 +133,8 @@ def main() -> None:
     ap.add_argument("--osl", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reps", type=int, default=2, help="Live runs per point (interleaved); their mean is compared.")
-    ap.add_argument("--skip-calibrate", action="store_true", help="Reuse the `cpu` entry measured before.")
+    ap.add_argument("--skip-calibrate", action="store_true", help="Reuse the entry measured before.")
+    ap.add_argument("--device", default="cpu", help="cpu|cuda|cuda:N: where the engine runs (calibrated and served).")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_vs_simulate.md")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "figures" / "bench-vs-simulate.png")
     ap.add_argument("--redraw", action="store_true", help="Only redraw the figure from the saved rows.")
@@ -142,18 +145,21 @@ def main() -> None:
         draw(saved["rows"], args.figure, saved["title"])
         return
     levels = [int(c) for c in args.concurrency.split(",")]
+    entry = "cpu" if args.device == "cpu" else "cuda"  # calibrate local's default name on the device
+    device_flags = ["--device", args.device]
+    sim_flags = simulate_flags(entry)  # the server's scheduler settings (its defaults) as simulate flags
 
     if args.skip_calibrate:
         params = Path(os.environ.get("TOKENMILL_CACHE", Path.home() / ".cache" / "tokenmill")) / "hardware"
-        cal = json.loads((params / "cpu.perf.json").read_text())["meta"]
-        cal |= json.loads((params / "cpu.perf.json").read_text())["params"]
+        cal = json.loads((params / f"{entry}.perf.json").read_text())["meta"]
+        cal |= json.loads((params / f"{entry}.perf.json").read_text())["params"]
     else:
         print("== tokenmill calibrate local", file=sys.stderr)
-        cal = _run_json([TM, "calibrate", "local", "--dtype", "bfloat16", "--json"])
+        cal = _run_json([*TM, "calibrate", "local", "--dtype", "bfloat16", *device_flags, "--json"])
         cal |= cal.pop("fitted", {})
 
     port = _free_port()
-    serve = [TM, "serve", "--port", str(port), *SERVE]
+    serve = [*TM, "serve", "--port", str(port), *SERVE, *device_flags]
     print(f"== {' '.join(serve)}", file=sys.stderr)
     proc = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     live: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
@@ -161,7 +167,7 @@ def main() -> None:
         _wait_health(port, proc)
         for rep, c in ((r, c) for r in range(args.reps) for c in levels):
             bench = [
-                TM,
+                *TM,
                 "bench",
                 "--base-url",
                 f"http://127.0.0.1:{port}",
@@ -186,9 +192,9 @@ def main() -> None:
     for c in levels:
         sim = _run_json(
             [
-                TM,
+                *TM,
                 "simulate",
-                *SIM,
+                *sim_flags,
                 "--num-requests",
                 str(args.num_prompts),
                 *workload_args(args.isl, args.osl, c, args.seed),
@@ -220,23 +226,29 @@ def main() -> None:
     meta = {
         "date": _dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S"),
         "machine": f"{platform.machine()}, nproc {os.cpu_count()}, load average (1/5/15 min) "
-        f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}",
-        "command": "python benchmarks/bench_vs_simulate.py" + (" --skip-calibrate" if args.skip_calibrate else ""),
+        f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}"
+        + (f"; engine on {cal.get('device_name', args.device)} ({args.device})" if args.device != "cpu" else ""),
+        "command": "python benchmarks/bench_vs_simulate.py"
+        + (" --skip-calibrate" if args.skip_calibrate else "")
+        + (f" --device {args.device}" if args.device != "cpu" else "")
+        + (f" --concurrency {args.concurrency}" if args.concurrency != "1,4,8,16,32" else "")
+        + (f" --num-prompts {args.num_prompts}" if args.num_prompts != 256 else ""),
         "isl": args.isl,
         "reps": args.reps,
         "osl": args.osl,
         "num_prompts": args.num_prompts,
         "seed": args.seed,
         "calibration": cal,
-        "serve": "tokenmill serve " + " ".join(SERVE),
+        "serve": "tokenmill serve " + " ".join(SERVE + device_flags),
         "bench": f"tokenmill bench --workload random --isl {args.isl} --osl {args.osl} --num-prompts "
         f"{args.num_prompts} --concurrency C --seed {args.seed} --tokenizer-vocab 4096",
-        "simulate": "tokenmill simulate " + " ".join(SIM) + f" --workload random --isl {args.isl} --osl "
+        "simulate": "tokenmill simulate " + " ".join(sim_flags) + f" --workload random --isl {args.isl} --osl "
         f"{args.osl} --num-requests {args.num_prompts} --concurrency C --seed {args.seed}",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report(rows, meta))
-    title = f"embedded model on this CPU, {args.isl}/{args.osl} tokens, {args.num_prompts} requests per point"
+    where = "this CPU" if args.device == "cpu" else str(cal.get("device_name", args.device))
+    title = f"embedded model on {where}, {args.isl}/{args.osl} tokens, {args.num_prompts} requests per point"
     rows_path.write_text(json.dumps({"title": title, "rows": rows, "meta": meta}, indent=2) + "\n")
     draw(rows, args.figure, title)
     print(f"wrote {args.out}, {rows_path} and {args.figure} (+ .svg)", file=sys.stderr)

@@ -54,7 +54,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out_dir = tmp_path_factory.mktemp("local")
-    code, out, err = run_cli("calibrate", "local", "--quick", "--out-dir", str(out_dir), "--json")
+    code, out, err = run_cli("calibrate", "local", "--quick", "--device", "cpu", "--out-dir", str(out_dir), "--json")
     assert code == 0, err
     result: dict[str, Any] = json.loads(out)
     result["out_dir"] = out_dir
@@ -125,3 +125,32 @@ def test_bundled_name_is_refused(tmp_path: Path) -> None:
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "h200" in err
     assert not list(tmp_path.iterdir())
+
+
+GPU = __import__("torch").cuda.is_available()
+
+
+@pytest.mark.skipif(GPU, reason="this machine has a GPU")
+def test_a_gpu_that_is_not_there_is_one_line_and_nothing_written(tmp_path: Path) -> None:
+    code, out, err = run_cli("calibrate", "local", "--quick", "--device", "cuda", "--out-dir", str(tmp_path))
+    assert code == 2 and out == ""
+    said = "error: --device cuda: torch sees no CUDA device here; use --device cpu (or auto)"
+    assert err.strip().splitlines() == [said]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU")
+def test_on_a_gpu_the_entry_is_the_gpu(tmp_path: Path) -> None:
+    import torch
+
+    code, out, err = run_cli("calibrate", "local", "--quick", "--device", "cuda", "--out-dir", str(tmp_path), "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    gpu = load_gpu(result["entry"])
+    props = torch.cuda.get_device_properties(0)
+    assert gpu.name == "cuda" and result["device"] == "cuda" and gpu.display_name == props.name
+    assert gpu.architecture == f"sm_{props.major}{props.minor}" and gpu.vendor in ("nvidia", "amd")
+    assert gpu.memory_visible_bytes == props.total_memory // 2**20 * 2**20
+    # a GPU's copy and GEMM are far beyond any CPU's: > 500 GB/s and > 20 TFLOP/s in bf16
+    assert gpu.hbm_bandwidth_bytes_per_s > 500e9 and gpu.flops("bf16") > 20e12
+    assert "--device cuda" in Path(result["entry"]).read_text()

@@ -59,6 +59,39 @@ def test_round_trip_converts_units_by_hand() -> None:
     assert gpu.power_watts is None
 
 
+def test_a_gpu_entry_says_what_was_measured_where() -> None:
+    m = MachineMeasurements(
+        name="cuda",
+        display_name="NVIDIA H200",
+        architecture="sm_90",
+        memory_bytes=143_771 * 1024**2,
+        bandwidth_bytes_per_s=4.25e12,
+        gemm_flops=7.5e14,
+        engine_dtype="bfloat16",
+        threads=16,
+        command="tokenmill calibrate local --dtype bfloat16 --device cuda",
+        device="cuda",
+        vendor="nvidia",
+        gemm_size=8192,
+        copy_bytes=2 * GIB,
+    )
+    text = render_toml(m)
+    gpu = parse_gpu_toml(text, "cuda.toml")
+    assert (gpu.name, gpu.vendor, gpu.architecture) == ("cuda", "nvidia", "sm_90")
+    assert gpu.memory_visible_bytes == 143_771 * 1024**2
+    assert gpu.hbm_bandwidth_bytes_per_s == pytest.approx(4.25e12, abs=5e6)
+    assert gpu.flops("bf16") == pytest.approx(7.5e14, abs=5e6)
+    assert "# This machine's cuda, measured by `tokenmill calibrate local --dtype bfloat16 --device cuda`." in text
+    assert "# Device memory (torch)" in text and "copy of a 2048 MiB tensor" in text and "8192 x 8192 GEMM" in text
+    assert "thread" not in text  # a GPU's rates do not depend on the host's threads
+
+
+def test_a_cpu_entry_keeps_its_threads_and_sizes() -> None:
+    text = render_toml(measurements())
+    assert "(2 thread(s))" in text and "# Physical memory (sysconf)" in text
+    assert "copy of a 256 MiB tensor" in text and "1024 x 1024 GEMM" in text
+
+
 @given(
     memory_mib=st.integers(min_value=64, max_value=4 * 1024 * 1024),
     extra_bytes=st.integers(min_value=0, max_value=1024**2 - 1),

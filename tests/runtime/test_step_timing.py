@@ -26,3 +26,25 @@ def test_a_step_whose_shape_differs_keeps_the_second_pass() -> None:
     first = [_step(256, 0.010), _step(0, 0.001, decodes=2)]
     second = [_step(512, 0.030), _step(0, 0.002, decodes=3), _step(0, 0.002, decodes=1)]
     assert _combine_passes(first, second) == second  # no step matches its counterpart
+
+
+def test_raw_rates_on_the_cpu_are_positive_and_finite() -> None:
+    import math
+
+    import torch
+
+    from tokenmill.runtime.step_timing import matmul_flops, memory_bandwidth
+
+    flops = matmul_flops(torch.float32, n=128, repeats=2, device="cpu")
+    bandwidth = memory_bandwidth(n_bytes=4 * 1024**2, repeats=2, device="cpu")
+    assert math.isfinite(flops) and flops > 0
+    assert math.isfinite(bandwidth) and bandwidth > 0
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU")
+def test_a_gpu_copy_is_timed_to_the_end_of_its_kernels() -> None:
+    """Timed without waiting for the kernels, a 2 GiB copy would "run" at the launch's speed,
+    hundreds of TB/s; waited for, no GPU's memory copies faster than 20 TB/s (B300: 8 TB/s)."""
+    from tokenmill.runtime.step_timing import memory_bandwidth
+
+    assert 100e9 < memory_bandwidth(device="cuda") < 20e12

@@ -2,7 +2,9 @@
 entry (``--gpu cpu``) and the cost-model constants fitted to those steps.
 
 Then ``tokenmill simulate --model kimi-linear-tiny --gpu cpu --gpus 1 ...`` predicts what
-``tokenmill serve`` does on this machine (docs/engine.md, benchmarks/bench_vs_simulate.py).
+``tokenmill serve`` does on this machine (docs/engine.md, benchmarks/bench_vs_simulate.py). With
+``--device cuda`` (or ``auto`` on a machine with a GPU, as ``serve`` picks) the engine, the GEMM
+and the copy run on the GPU, and the entry is named ``cuda`` unless ``--name`` says otherwise.
 """
 
 import datetime as _dt
@@ -17,6 +19,7 @@ import typer
 from tokenmill.cli.options import JsonOpt
 from tokenmill.cli.runtime_cmd import (
     ChunkOpt,
+    DeviceOpt,
     DtypeOpt,
     MemOpt,
     PageSizeOpt,
@@ -26,7 +29,7 @@ from tokenmill.cli.runtime_cmd import (
 )
 from tokenmill.errors import TokenmillError
 
-_NAME_HELP = "Name of the entry (--gpu NAME afterwards)."
+_NAME_HELP = "Name of the entry (--gpu NAME afterwards; default: cpu, or cuda when --device is a GPU)."
 
 
 def simulate_flags(
@@ -88,7 +91,7 @@ def _write_steps(path: Path, steps: list[tuple[Any, float]], predicted: tuple[fl
 
 def local(
     model: RtModelOpt = None,
-    name: Annotated[str, typer.Option("--name", help=_NAME_HELP)] = "cpu",
+    name: Annotated[str | None, typer.Option("--name", help=_NAME_HELP)] = None,
     out_dir: Annotated[
         Path | None, typer.Option("--out-dir", help="Folder for NAME.toml and NAME.perf.json (default: user cache).")
     ] = None,
@@ -99,6 +102,7 @@ def local(
     max_running_requests: RunningOpt = 64,
     quick: Annotated[bool, typer.Option("--quick", help="A few small scenarios (a smoke test, not a fit).")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random prompts.")] = 0,
+    device: DeviceOpt = "auto",
     json_out: JsonOpt = False,
 ) -> None:
     """Measure this machine (GEMM rate, memory bandwidth) and time the engine's steps; write a
@@ -113,6 +117,7 @@ def local(
     from tokenmill.hardware.local import (
         MachineMeasurements,
         cpu_model_name,
+        gpu_description,
         physical_memory_bytes,
         render_toml,
         write_entry,
@@ -123,7 +128,9 @@ def local(
     from tokenmill.plan.layout import Layout, PrefixCache
     from tokenmill.runtime.llm import LLM
     from tokenmill.runtime.step_timing import (
+        COPY_BYTES,
         DEFAULT_SCENARIOS,
+        GEMM_SIZE,
         QUICK_SCENARIOS,
         matmul_flops,
         memory_bandwidth,
@@ -131,13 +138,16 @@ def local(
     )
     from tokenmill.spec import load_model
 
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", name):
+    if name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", name):
         raise TokenmillError(f"--name must be a lower-case name (letters, digits, '_', '-', '.'), got {name!r}")
-    if name in known_gpu_names():
-        raise TokenmillError(f"--name {name!r} is a bundled GPU; choose another name (default: cpu)")
+    if name is not None and name in known_gpu_names():
+        raise TokenmillError(f"--name {name!r} is a bundled GPU; choose another name (default: cpu or cuda)")
     opts = _engine_options(
-        dtype, memory_gib, None, None, page_size, chunk_tokens, max_running_requests, True, None, seed
+        dtype, memory_gib, None, None, page_size, chunk_tokens, max_running_requests, True, None, seed, device
     )
+    on_gpu = opts.device.startswith("cuda")
+    kind = "cuda" if on_gpu else "cpu"
+    name = name if name is not None else kind
 
     def say(message: str) -> None:
         if not json_out:
@@ -147,9 +157,15 @@ def local(
     llm = LLM(model, opts)
     torch_dtype = next(iter(llm.model.parameters())).dtype
     threads = torch.get_num_threads()
-    say(f"measuring {cpu_model_name()} on {threads} thread(s): GEMM rate and memory bandwidth")
-    flops = matmul_flops(torch_dtype)
-    bandwidth = memory_bandwidth()
+    if on_gpu:
+        display, vendor, architecture, memory_bytes = gpu_description(opts.device)
+        say(f"measuring {display} ({opts.device}): GEMM rate and memory bandwidth")
+    else:
+        display, vendor, architecture = cpu_model_name(), "cpu", platform.machine() or "cpu"
+        memory_bytes = physical_memory_bytes()
+        say(f"measuring {display} on {threads} thread(s): GEMM rate and memory bandwidth")
+    flops = matmul_flops(torch_dtype, device=opts.device)
+    bandwidth = memory_bandwidth(device=opts.device)
     scenarios = QUICK_SCENARIOS if quick else DEFAULT_SCENARIOS
     say(f"timing the engine's steps: {len(scenarios)} scenarios of {llm.model_dir.name} ({dtype})")
     show = not json_out and sys.stderr.isatty()
@@ -165,18 +181,22 @@ def local(
     argv = ["tokenmill", "calibrate", "local"]
     if model is not None:
         argv += ["--model", str(model)]
-    argv += ["--dtype", dtype] + (["--quick"] if quick else [])
+    argv += ["--dtype", dtype] + (["--quick"] if quick else []) + (["--device", opts.device] if on_gpu else [])
     folder = out_dir if out_dir is not None else user_hardware_dir()
     measured = MachineMeasurements(
         name=name,
-        display_name=cpu_model_name(),
-        architecture=platform.machine() or "cpu",
-        memory_bytes=physical_memory_bytes(),
+        display_name=display,
+        architecture=architecture,
+        memory_bytes=memory_bytes,
         bandwidth_bytes_per_s=bandwidth,
         gemm_flops=flops,
         engine_dtype=dtype,
         threads=threads,
         command=" ".join(argv),
+        device=opts.device,
+        vendor=vendor,
+        gemm_size=GEMM_SIZE[kind],
+        copy_bytes=COPY_BYTES[kind],
     )
     spec = load_model(str(llm.model_dir))
     layout = Layout(tp=1, page_size=page_size, prefix_cache=PrefixCache.EXTRA_BUFFER)
@@ -188,21 +208,23 @@ def local(
     from tokenmill.runtime.serving_cost import stream_cost_per_token
 
     stream = stream_cost_per_token(llm, concurrency=4, requests=8) if quick else stream_cost_per_token(llm)
-    # What a streamed token costs the step as served: the median over served decode steps of their
-    # time beyond the same shape run offline, per token streamed. "Offline" is the fit's prediction
-    # times its own bias on that size class of step (so the fit's error is not counted as serving
-    # cost); the median, because a shared 2-core box adds stalls of its own. The loop's own CPU
-    # time is a lower bound.
-    from tokenmill.perf.local_fit import size_class
+    # What a streamed step costs as served: its time beyond the same shape run offline, split into a
+    # cost per step and one per token (a line through the medians of each step size, from the
+    # many-lane and few-lane runs). "Offline" is the fit's prediction times its own bias on that
+    # size class of step (so the fit's error is not counted as serving cost); medians, because a
+    # shared 2-core box adds stalls of its own. The loop's own CPU time per token is a lower bound.
+    from tokenmill.perf.local_fit import size_class, split_stream_cost
 
     offline = CostModel(spec, machine, layout, fit.params)
-    excess = sorted(
-        (served.seconds - offline.seconds(shape) * fit.class_bias.get(size_class(shape), 1.0)) / len(shape.decode)
+    excess = [
+        (len(shape.decode), served.seconds - offline.seconds(shape) * fit.class_bias.get(size_class(shape), 1.0))
         for served in stream.served_steps
         if (shape := _shape(served)).decode and not shape.prefill
+    ]
+    per_step, per_token = split_stream_cost(excess, stream.seconds_per_token)
+    params = fit.params.updated(
+        stream_per_token_s=per_token, stream_per_step_s=per_step, front_end_per_request_s=stream.seconds_per_request
     )
-    per_token = max(stream.seconds_per_token, excess[len(excess) // 2] if excess else 0.0)
-    params = fit.params.updated(stream_per_token_s=per_token, front_end_per_request_s=stream.seconds_per_request)
     try:
         entry_path, _ = write_entry(measured, folder)
         params_path = local_params_path(str(entry_path))
@@ -211,6 +233,8 @@ def local(
             "measured_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "model": llm.model_dir.name,
             "dtype": dtype,
+            "device": opts.device,
+            "device_name": display,
             "threads": threads,
             "gemm_tflops": round(flops / 1e12, 5),
             "memory_bandwidth_gb_s": round(bandwidth / 1e9, 3),
@@ -235,6 +259,7 @@ def local(
         "steps_csv": str(steps_path),
         "fitted": {k: float(f"{v:.6g}") for k, v in fit.fitted.items()},
         "stream_per_token_s": float(f"{per_token:.6g}"),
+        "stream_per_step_s": float(f"{per_step:.6g}"),
         "front_end_per_request_s": float(f"{stream.seconds_per_request:.6g}"),
         **{k: v for k, v in meta.items() if k not in ("command",)},
         "wall_s": round(time.perf_counter() - t_start, 1),
@@ -250,11 +275,13 @@ def local(
     t = Table(title=f"{name}: measured on this machine", show_edge=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    t.add_row(f"GEMM rate ({dtype}, {threads} thread(s))", f"{flops / 1e9:,.1f} GFLOP/s")
+    where = opts.device if on_gpu else f"{threads} thread(s)"
+    t.add_row(f"GEMM rate ({dtype}, {where})", f"{flops / 1e9:,.1f} GFLOP/s")
     t.add_row("memory bandwidth (copy)", f"{bandwidth / 1e9:,.1f} GB/s")
     t.add_row("engine steps timed", f"{fit.steps:,} ({fit.prefill_steps:,} with prefill)")
     for k, v in fit.fitted.items():
         t.add_row(k, f"{v:.4g}")
+    t.add_row("serving cost per streaming step", f"{per_step * 1e6:.1f} µs")
     t.add_row("serving cost per streamed token", f"{per_token * 1e6:.1f} µs")
     t.add_row("  of which the front end's own CPU", f"{stream.seconds_per_token * 1e6:.1f} µs")
     t.add_row("server front end per request", f"{stream.seconds_per_request * 1e3:.3f} ms")

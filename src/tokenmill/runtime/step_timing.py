@@ -1,12 +1,13 @@
 """Measure this machine for ``tokenmill calibrate local``: raw rates, and the engine's own steps.
 
-Three measurements, all on the thread count the engine itself uses (one thread on a machine of
-two cores or fewer, see ``LLM``):
+Three measurements, on the device the engine runs on (on a CPU, on the thread count the engine
+itself uses: one thread on a machine of two cores or fewer, see ``LLM``):
 
 - ``matmul_flops``: the dense GEMM rate of a dtype (square products, best of a few runs), the
-  CPU's counterpart of a GPU datasheet's dense TFLOP/s;
+  CPU's counterpart of a GPU datasheet's dense TFLOP/s (on a GPU, the rate a large product
+  reaches there);
 - ``memory_bandwidth``: a large tensor copy (bytes read + written per second, best of a few), the
-  counterpart of HBM bandwidth;
+  counterpart of HBM bandwidth (on a GPU, a copy in its own memory);
 - ``time_engine_steps``: real engine steps of the served model, each timed on the wall clock
   around ``Engine.step`` (scheduling, the model, sampling and bookkeeping: what a request waits
   for), with the shape of the batch it ran. Scenarios are closed batches of fresh requests of one
@@ -75,30 +76,60 @@ OUTLIER = 1.3
 QUICK_SCENARIOS: tuple[Scenario, ...] = (Scenario(1, 64, 8), Scenario(4, 128, 8), Scenario(16, 32, 8))
 
 
-def _best_of(fn: Callable[[], object], repeats: int) -> float:
+#: Sizes of the raw-rate measurements by device kind: a GEMM side and a copy's bytes. A CPU's
+#: rate is reached at 1024² (and a larger one takes seconds on one thread); a GPU's needs a product
+#: big enough to fill every multiprocessor and a copy far beyond its L2 cache.
+GEMM_SIZE = {"cpu": 1024, "cuda": 8192}
+COPY_BYTES = {"cpu": 256 * 1024**2, "cuda": 2 * 1024**3}
+
+
+def _kind(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def _best_of(fn: Callable[[], object], repeats: int, device: str = "cpu") -> float:
+    """Fastest of ``repeats`` calls of ``fn``, on the wall clock; on a GPU each call is timed to the
+    end of its kernels (a launch returns before they run)."""
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+
     best = float("inf")
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         fn()
+        sync()
         best = min(best, time.perf_counter() - t0)
     return best
 
 
-def matmul_flops(dtype: torch.dtype, n: int = 1024, repeats: int = 5) -> float:
-    """Dense FLOP/s of an ``n × n`` GEMM in ``dtype`` (2n³ FLOPs; best of ``repeats``)."""
-    a = torch.randn(n, n, generator=torch.Generator().manual_seed(0)).to(dtype)
-    b = torch.randn(n, n, generator=torch.Generator().manual_seed(1)).to(dtype)
-    out = torch.empty(n, n, dtype=dtype)
-    torch.mm(a, b, out=out)  # warm-up: first-call dispatch and page faults
-    return 2.0 * n**3 / _best_of(lambda: torch.mm(a, b, out=out), repeats)
+def matmul_flops(dtype: torch.dtype, n: int | None = None, repeats: int = 5, device: str = "cpu") -> float:
+    """Dense FLOP/s of an ``n × n`` GEMM in ``dtype`` on ``device`` (2n³ FLOPs; best of
+    ``repeats``; ``n`` by default ``GEMM_SIZE`` of the device kind).
+
+    Timed through ``torch.nn.functional.linear``, the call the engine's projections make (an
+    activation against a weight stored [out, in]): on a CPU without native bfloat16, ``torch.mm``
+    in bfloat16 takes a path ten times slower than ``linear``'s (1 against 10 GFLOP/s on one
+    thread of an EPYC without AVX-512 BF16), and a rate the engine never sees would leave the fit
+    no efficiency that explains its steps."""
+    n = GEMM_SIZE[_kind(device)] if n is None else n
+    x = torch.randn(n, n, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=dtype)
+    w = torch.randn(n, n, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=dtype)
+    linear = torch.nn.functional.linear
+    linear(x, w)  # warm-up: first-call dispatch and page faults
+    return 2.0 * n**3 / _best_of(lambda: linear(x, w), repeats, device)
 
 
-def memory_bandwidth(n_bytes: int = 256 * 1024**2, repeats: int = 5) -> float:
-    """Bytes per second of a large copy, counting the read and the write (as STREAM's copy)."""
-    src = torch.ones(n_bytes // 4, dtype=torch.float32)
+def memory_bandwidth(n_bytes: int | None = None, repeats: int = 5, device: str = "cpu") -> float:
+    """Bytes per second of a large copy on ``device``, counting the read and the write (as STREAM's
+    copy; ``n_bytes`` by default ``COPY_BYTES`` of the device kind)."""
+    n_bytes = COPY_BYTES[_kind(device)] if n_bytes is None else n_bytes
+    src = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    return 2.0 * n_bytes / _best_of(lambda: dst.copy_(src), repeats)
+    return 2.0 * n_bytes / _best_of(lambda: dst.copy_(src), repeats, device)
 
 
 def time_engine_steps(
