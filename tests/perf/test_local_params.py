@@ -22,7 +22,6 @@ from tokenmill.perf.calibrated import (
     shipped_path,
     write_local_params,
 )
-from tokenmill.perf.local_fit import split_stream_cost
 from tokenmill.perf.params import ENGINE_FIELDS
 
 LOCAL = PerfParams(
@@ -196,40 +195,3 @@ def test_local_fit_is_per_entry(hw: Path, tmp_path: Path) -> None:
     write_local_params(other / "cpu.perf.json", LOCAL.updated(matmul_efficiency=0.2), META)
     assert resolve_params(str(other / "cpu.toml"), None)[0].matmul_efficiency == 0.2
     assert resolve_params("cpu", None)[0].matmul_efficiency == 0.05
-
-
-# --- split_stream_cost: served steps' excess as a cost per step and one per token ---------------
-
-
-@given(
-    per_step=st.floats(min_value=0.0, max_value=5e-3),
-    per_token=st.floats(min_value=1e-6, max_value=5e-4),
-    sizes=st.lists(st.integers(min_value=1, max_value=64), min_size=2, max_size=30, unique=True),
-)
-def test_a_line_of_steps_is_split_back_into_its_two_costs(per_step: float, per_token: float, sizes: list[int]) -> None:
-    points = [(n, per_step + per_token * n) for n in sizes for _ in range(3)]
-    got_step, got_token = split_stream_cost(points)
-    assert got_token == pytest.approx(per_token, rel=1e-6, abs=1e-12)
-    assert got_step == pytest.approx(per_step, rel=1e-6, abs=1e-9)
-
-
-def test_the_median_of_each_size_resists_a_stalled_step() -> None:
-    # 1.7 ms a step + 116 µs a token (what an H200 showed), one step of 16 stalled for 50 ms
-    points = [(n, 1.7e-3 + 116e-6 * n) for n in (1, 2, 16) for _ in range(5)] + [(16, 0.05)]
-    per_step, per_token = split_stream_cost(points)
-    assert per_step == pytest.approx(1.7e-3, rel=1e-6) and per_token == pytest.approx(116e-6, rel=1e-6)
-
-
-def test_the_loops_own_cpu_is_a_floor_per_token() -> None:
-    # the excess falls with the tokens (noise): the per-token cost stays at the loop's CPU time and
-    # the per-step cost is the weighted median of what is left
-    points = [(1, 2.0e-3), (1, 2.0e-3), (16, 1.9e-3), (16, 1.9e-3), (16, 1.9e-3)]
-    per_step, per_token = split_stream_cost(points, min_per_token=50e-6)
-    assert per_token == 50e-6
-    assert per_step == pytest.approx(1.9e-3 - 16 * 50e-6, rel=1e-9)
-
-
-def test_one_size_is_all_per_token_and_none_is_the_floor() -> None:
-    assert split_stream_cost([(16, 3.2e-3), (16, 3.0e-3), (16, 3.4e-3)]) == (0.0, pytest.approx(3.2e-3 / 16))
-    assert split_stream_cost([], min_per_token=7e-5) == (0.0, 7e-5)
-    assert split_stream_cost([(4, -1e-3), (8, -2e-3)]) == (0.0, 0.0)  # never negative

@@ -155,33 +155,3 @@ def test_linear_chunk_step_is_paid_per_chunk_of_the_longest_prompt() -> None:
         added = step_total(combine(f, p)) - step_total(combine(f, SERIAL))
         assert added == pytest.approx(chunk_steps * 1e-4, rel=1e-9, abs=1e-15), shape
     assert PerfParams().linear_chunk_step_s == 0.0  # the GPU fits: fused chunk kernels
-
-
-@given(batch=st.integers(min_value=1, max_value=256), per_step=st.floats(min_value=1e-7, max_value=1e-2))
-def test_a_step_that_streams_pays_the_per_step_cost_once(batch: int, per_step: float) -> None:
-    f = TINY_H200.features(BatchShape(decode=tuple(DecodeWork(500) for _ in range(batch))))
-    added = step_total(combine(f, SERIAL.updated(stream_per_step_s=per_step))) - step_total(combine(f, SERIAL))
-    assert added == pytest.approx(per_step, rel=1e-6)
-
-
-def test_a_step_that_streams_nothing_pays_no_per_step_cost() -> None:
-    mid = TINY_H200.features(BatchShape(prefill=(PrefillWork(4096, 0, last_chunk=False),)))
-    last = TINY_H200.features(BatchShape(prefill=(PrefillWork(4096, 4096, last_chunk=True),)))
-    p = SERIAL.updated(stream_per_step_s=2e-3)
-    assert combine(mid, p) == combine(mid, SERIAL)
-    assert step_total(combine(last, p)) - step_total(combine(last, SERIAL)) == pytest.approx(2e-3, rel=1e-9)
-    assert PerfParams().stream_per_step_s == 0.0  # the engines with a detokeniser process of their own
-
-
-def test_the_per_step_cost_works_on_columns_of_steps_too() -> None:
-    # the GPU fit evaluates thousands of recorded steps as numpy columns at once
-    import numpy as np
-
-    shapes = (
-        BatchShape(prefill=(PrefillWork(4096, 0, last_chunk=False),)),
-        BatchShape(decode=tuple(DecodeWork(500) for _ in range(8))),
-    )
-    f = Features(*(np.array(col, dtype=float) for col in zip(*(TINY_H200.features(s) for s in shapes), strict=True)))
-    p = SERIAL.updated(stream_per_step_s=1e-3)
-    added = step_total(combine(f, p, mx=np.maximum)) - step_total(combine(f, SERIAL, mx=np.maximum))
-    assert added.tolist() == pytest.approx([0.0, 1e-3], abs=1e-12)

@@ -208,23 +208,21 @@ def local(
     from tokenmill.runtime.serving_cost import stream_cost_per_token
 
     stream = stream_cost_per_token(llm, concurrency=4, requests=8) if quick else stream_cost_per_token(llm)
-    # What a streamed step costs as served: its time beyond the same shape run offline, split into a
-    # cost per step and one per token (a line through the medians of each step size, from the
-    # many-lane and few-lane runs). "Offline" is the fit's prediction times its own bias on that
-    # size class of step (so the fit's error is not counted as serving cost); medians, because a
-    # shared 2-core box adds stalls of its own. The loop's own CPU time per token is a lower bound.
-    from tokenmill.perf.local_fit import size_class, split_stream_cost
+    # What a streamed token costs the step as served: the median over served decode steps of their
+    # time beyond the same shape run offline, per token streamed. "Offline" is the fit's prediction
+    # times its own bias on that size class of step (so the fit's error is not counted as serving
+    # cost); the median, because a shared 2-core box adds stalls of its own. The loop's own CPU
+    # time is a lower bound.
+    from tokenmill.perf.local_fit import size_class
 
     offline = CostModel(spec, machine, layout, fit.params)
-    excess = [
-        (len(shape.decode), served.seconds - offline.seconds(shape) * fit.class_bias.get(size_class(shape), 1.0))
+    excess = sorted(
+        (served.seconds - offline.seconds(shape) * fit.class_bias.get(size_class(shape), 1.0)) / len(shape.decode)
         for served in stream.served_steps
         if (shape := _shape(served)).decode and not shape.prefill
-    ]
-    per_step, per_token = split_stream_cost(excess, stream.seconds_per_token)
-    params = fit.params.updated(
-        stream_per_token_s=per_token, stream_per_step_s=per_step, front_end_per_request_s=stream.seconds_per_request
     )
+    per_token = max(stream.seconds_per_token, excess[len(excess) // 2] if excess else 0.0)
+    params = fit.params.updated(stream_per_token_s=per_token, front_end_per_request_s=stream.seconds_per_request)
     try:
         entry_path, _ = write_entry(measured, folder)
         params_path = local_params_path(str(entry_path))
@@ -259,7 +257,6 @@ def local(
         "steps_csv": str(steps_path),
         "fitted": {k: float(f"{v:.6g}") for k, v in fit.fitted.items()},
         "stream_per_token_s": float(f"{per_token:.6g}"),
-        "stream_per_step_s": float(f"{per_step:.6g}"),
         "front_end_per_request_s": float(f"{stream.seconds_per_request:.6g}"),
         **{k: v for k, v in meta.items() if k not in ("command",)},
         "wall_s": round(time.perf_counter() - t_start, 1),
@@ -281,7 +278,6 @@ def local(
     t.add_row("engine steps timed", f"{fit.steps:,} ({fit.prefill_steps:,} with prefill)")
     for k, v in fit.fitted.items():
         t.add_row(k, f"{v:.4g}")
-    t.add_row("serving cost per streaming step", f"{per_step * 1e6:.1f} µs")
     t.add_row("serving cost per streamed token", f"{per_token * 1e6:.1f} µs")
     t.add_row("  of which the front end's own CPU", f"{stream.seconds_per_token * 1e6:.1f} µs")
     t.add_row("server front end per request", f"{stream.seconds_per_request * 1e3:.3f} ms")

@@ -158,36 +158,3 @@ def fit_local(
         predicted_s=tuple(float(x) for x in pred),
         class_bias={k: float(np.median(v)) for k, v in ratios.items()},
     )
-
-
-def split_stream_cost(excess: Sequence[tuple[int, float]], min_per_token: float = 0.0) -> tuple[float, float]:
-    """What serving adds to a decode step, as (per step, per streamed token) seconds, from served
-    steps' excess over the same shapes run alone: ``(tokens streamed, excess seconds)`` pairs.
-
-    The median excess of each step size is one point; a line through them, weighed by their steps,
-    splits a cost per step (the loop's wake-up and its wait for the interpreter lock) from a cost
-    per token (one SSE chunk each). Neither is negative, and the cost per token is at least
-    ``min_per_token`` (the loop's own CPU time per token, a lower bound): where the line says less,
-    the per-token cost is that bound and the per-step cost the weighted median of what is left.
-    With one step size the line is undetermined: all of it is per token, as measured there."""
-    by_size: dict[int, list[float]] = {}
-    for tokens, seconds in excess:
-        if tokens > 0:
-            by_size.setdefault(tokens, []).append(seconds)
-    if not by_size:
-        return 0.0, min_per_token
-    n = np.array(sorted(by_size), dtype=np.float64)
-    med = np.array([float(np.median(by_size[int(k)])) for k in n])
-    w = np.array([len(by_size[int(k)]) for k in n], dtype=np.float64)
-    if len(n) == 1:
-        return 0.0, max(min_per_token, float(med[0] / n[0]))
-    nm, ym = np.average(n, weights=w), np.average(med, weights=w)
-    slope = float(np.sum(w * (n - nm) * (med - ym)) / np.sum(w * (n - nm) ** 2))
-    per_token = max(slope, min_per_token)
-    left = med - per_token * n
-    order = np.argsort(left)
-    cum = np.cumsum(w[order])
-    per_step = float(left[order][np.searchsorted(cum, cum[-1] / 2.0)])
-    if slope >= min_per_token:
-        per_step = float(ym - slope * nm)
-    return max(0.0, per_step), per_token

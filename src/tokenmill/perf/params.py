@@ -74,13 +74,6 @@ class PerfParams:
     # own server; measured by `calibrate local`). 0 where a separate process detokenizes (SGLang,
     # vLLM, TRT-LLM).
     stream_per_token_s: float = 0.0
-    # The same front end's host time per step that streams anything, whatever its tokens: the event
-    # loop wakes once per step to hand the step's tokens out, and where the engine's thread holds the
-    # interpreter lock almost all the time (a GPU, whose kernels run while Python launches the next)
-    # the loop waits for the lock and then holds it (measured by `calibrate local`: ~1.7 ms a step on
-    # an H200, where the CPU's torch ops release the lock while they compute and it is ~0). 0 for
-    # the engines with a detokeniser process of their own.
-    stream_per_step_s: float = 0.0
     # How much of the device's work the CPU side of a step hides: 1 on a GPU (the CPU schedules the
     # next step while the GPU runs this one: step = max(GPU work, CPU work)); 0 on a CPU device,
     # where the same cores do both (step = GPU work + CPU work).

@@ -221,8 +221,7 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
     work = launch
     for key in STEP_KEYS[:-1]:
         work = work + out[key]
-    # A step that streams tokens (samples any) wakes the front end once, whatever their number.
-    cpu = os_ * p.step_overhead_s * f.steps + f.sampled * p.stream_per_token_s + (f.sampled > 0) * p.stream_per_step_s
+    cpu = os_ * p.step_overhead_s * f.steps + f.sampled * p.stream_per_token_s
     out["overhead"] = launch + mx(cpu - p.cpu_overlap * work, 0.0 * cpu)
     out["kv_transfer"] = f.xfer_count * p.kv_transfer_latency_s + f.xfer_bw_s / ne
     out["request_latency"] = f.requests * p.request_latency_s

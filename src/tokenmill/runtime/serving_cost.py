@@ -11,11 +11,10 @@ so their steps do not pay it.)
 CPU time of the server's event-loop thread alone (``pthread_getcpuclockid``: not the engine
 thread). Two runs, one answer token per request and many, separate the two costs: per request
 (read, parse, validate, admit, the last chunk) and per streamed token (detokenise, one SSE chunk,
-the write). The second run, and a third of many tokens at a few lanes, also record every engine
-step as served (shape and wall time), so the caller can compare them with the same shapes run
-alone: under load the loop's work and the engine's Python take turns on the interpreter lock,
-which costs the step more than the loop's own CPU time, and the two runs' steps of few and many
-tokens tell a cost per step from one per token.
+the write). The second run also records every engine step as served (shape and wall time), so
+the caller can compare them with the same shapes run alone: under load the loop's work and the
+engine's Python take turns on the interpreter lock, which costs the step more than the loop's own
+CPU time.
 """
 
 from __future__ import annotations
@@ -37,10 +36,10 @@ from tokenmill.runtime.step_timing import TimedStep
 class StreamCost:
     seconds_per_token: float
     seconds_per_request: float
-    tokens: int  # streamed in all runs
-    loop_cpu_s: float  # of all runs
-    requests: int  # of all runs
-    served_steps: tuple[TimedStep, ...] = ()  # the engine's steps, timed as served, in the many-token runs
+    tokens: int  # streamed in both runs
+    loop_cpu_s: float  # of both runs
+    requests: int  # of both runs
+    served_steps: tuple[TimedStep, ...] = ()  # the engine's steps, timed as served, in the many-token run
 
 
 def _thread_cpu_s(thread: threading.Thread) -> float:
@@ -84,22 +83,10 @@ def stream_cost_per_token(
         cpu_many, tok_many = _bench_run(
             thread, url, name, llm, concurrency, requests, prompt_tokens, output_tokens, seed
         )
-        # A few lanes: served steps of one or two tokens, beside the many-lane run's full ones.
-        few = max(1, concurrency // 8)
-        cpu_few, tok_few = _bench_run(
-            thread, url, name, llm, few, max(few, requests // 4), prompt_tokens, output_tokens, seed + 1
-        )
         served = tuple(log)
         per_token = max(0.0, (cpu_many - cpu_one) / max(1, tok_many - tok_one))
         per_request = max(0.0, (cpu_one - per_token * tok_one) / requests)
-        return StreamCost(
-            per_token,
-            per_request,
-            tok_one + tok_many + tok_few,
-            cpu_one + cpu_many + cpu_few,
-            2 * requests + max(few, requests // 4),
-            served,
-        )
+        return StreamCost(per_token, per_request, tok_one + tok_many, cpu_one + cpu_many, 2 * requests, served)
     finally:
         server.should_exit = True
         thread.join(timeout=30)

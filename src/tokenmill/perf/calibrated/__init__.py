@@ -41,7 +41,6 @@ _KNOWN = {f.name for f in fields(PerfParams)}
 _ZERO_ALLOWED = frozenset(
     {
         "stream_per_token_s",
-        "stream_per_step_s",
         "front_end_per_request_s",
         "cpu_overlap",
         "gemm_half_rows",
