@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.cli.local_cmd import simulate_flags
+from tokenmill.runtime.device import device_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 # The CLI as this interpreter runs it (no console script needed: on a GPU machine with PYTHONPATH=src).
@@ -145,7 +146,7 @@ def main() -> None:
         draw(saved["rows"], args.figure, saved["title"])
         return
     levels = [int(c) for c in args.concurrency.split(",")]
-    entry = "cpu" if args.device == "cpu" else "cuda"  # calibrate local's default name on the device
+    entry = device_kind(args.device)  # calibrate local's default name for the entry of that device
     device_flags = ["--device", args.device]
     sim_flags = simulate_flags(entry)  # the server's scheduler settings (its defaults) as simulate flags
 

@@ -45,3 +45,10 @@ def test_a_gpu_index_past_the_last_is_refused() -> None:
 
 def test_the_cpu_leaves_its_memory_to_the_caller() -> None:
     assert device_memory_bytes("cpu") is None
+
+
+@pytest.mark.parametrize(("name", "kind"), [("cpu", "cpu"), ("cuda", "cuda"), ("cuda:3", "cuda"), (" CUDA:0 ", "cuda")])
+def test_a_device_is_of_the_cpu_or_cuda_kind(name: str, kind: str) -> None:
+    from tokenmill.runtime.device import device_kind
+
+    assert device_kind(name) == kind

@@ -145,8 +145,10 @@ def local(
     opts = _engine_options(
         dtype, memory_gib, None, None, page_size, chunk_tokens, max_running_requests, True, None, seed, device
     )
-    on_gpu = opts.device.startswith("cuda")
-    kind = "cuda" if on_gpu else "cpu"
+    from tokenmill.runtime.device import device_kind
+
+    kind = device_kind(opts.device)
+    on_gpu = kind == "cuda"
     name = name if name is not None else kind
 
     def say(message: str) -> None:

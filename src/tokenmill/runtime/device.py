@@ -35,6 +35,12 @@ def resolve_device(name: str) -> str:
     return "cuda" if index is None else f"cuda:{int(index)}"
 
 
+def device_kind(device: str) -> str:
+    """``cuda`` for a CUDA device (``cuda``, ``cuda:N``), else ``cpu``: what sizes a measurement
+    and names ``calibrate local``'s entry by default."""
+    return "cuda" if device.strip().lower().startswith("cuda") else "cpu"
+
+
 def device_memory_bytes(device: str) -> int | None:
     """Total memory of a CUDA device (bytes); ``None`` for the CPU (the caller reads the RAM)."""
     if not device.startswith("cuda"):

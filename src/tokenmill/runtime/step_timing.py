@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from tokenmill.core.batch import ScheduledBatch
+from tokenmill.runtime.device import device_kind
 from tokenmill.runtime.llm import LLM
 from tokenmill.runtime.sampling import SamplingParams
 
@@ -83,16 +84,12 @@ GEMM_SIZE = {"cpu": 1024, "cuda": 8192}
 COPY_BYTES = {"cpu": 256 * 1024**2, "cuda": 2 * 1024**3}
 
 
-def _kind(device: str) -> str:
-    return "cuda" if device.startswith("cuda") else "cpu"
-
-
 def _best_of(fn: Callable[[], object], repeats: int, device: str = "cpu") -> float:
     """Fastest of ``repeats`` calls of ``fn``, on the wall clock; on a GPU each call is timed to the
     end of its kernels (a launch returns before they run)."""
 
     def sync() -> None:
-        if device.startswith("cuda"):
+        if device_kind(device) == "cuda":
             torch.cuda.synchronize(device)
 
     best = float("inf")
@@ -114,7 +111,7 @@ def matmul_flops(dtype: torch.dtype, n: int | None = None, repeats: int = 5, dev
     in bfloat16 takes a path ten times slower than ``linear``'s (1 against 10 GFLOP/s on one
     thread of an EPYC without AVX-512 BF16), and a rate the engine never sees would leave the fit
     no efficiency that explains its steps."""
-    n = GEMM_SIZE[_kind(device)] if n is None else n
+    n = GEMM_SIZE[device_kind(device)] if n is None else n
     x = torch.randn(n, n, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=dtype)
     w = torch.randn(n, n, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=dtype)
     linear = torch.nn.functional.linear
@@ -125,7 +122,7 @@ def matmul_flops(dtype: torch.dtype, n: int | None = None, repeats: int = 5, dev
 def memory_bandwidth(n_bytes: int | None = None, repeats: int = 5, device: str = "cpu") -> float:
     """Bytes per second of a large copy on ``device``, counting the read and the write (as STREAM's
     copy; ``n_bytes`` by default ``COPY_BYTES`` of the device kind)."""
-    n_bytes = COPY_BYTES[_kind(device)] if n_bytes is None else n_bytes
+    n_bytes = COPY_BYTES[device_kind(device)] if n_bytes is None else n_bytes
     src = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
