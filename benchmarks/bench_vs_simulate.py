@@ -100,7 +100,8 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"- command: `{meta['command']}`",
         f"- workload: random, {meta['isl']}-token prompts, {meta['osl']} output tokens, "
         f"{meta['num_prompts']} requests per point, closed loop, seed {meta['seed']}; live: the mean of "
-        f"{meta['reps']} runs per point (all points once, then again), each run's value in brackets",
+        f"{meta['reps']} runs per point (all points once, then again) after an untimed warm-up run at each "
+        "concurrency, each run's value in brackets",
         f"- calibration (`tokenmill calibrate local`, {meta['calibration'].get('measured_at', '?')}): "
         f"GEMM {meta['calibration'].get('gemm_tflops', 0) * 1000:.0f} GFLOP/s, "
         f"copy {meta['calibration'].get('memory_bandwidth_gb_s', 0):.1f} GB/s, "
@@ -166,6 +167,11 @@ def main() -> None:
     live: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
     try:
         _wait_health(port, proc)
+        for c in levels:  # warm-up, not timed: each load's batch shapes run once (a GPU's first kernels load)
+            print(f"== warm-up at concurrency {c}", file=sys.stderr)
+            warm = [*TM, "bench", "--base-url", f"http://127.0.0.1:{port}", "--model", "tokenmill-default"]
+            warm += ["--num-prompts", str(max(8, 2 * c)), "--tokenizer-vocab", "4096"]
+            _run_json([*warm, *workload_args(args.isl, args.osl, c, args.seed + 1)])
         for rep, c in ((r, c) for r in range(args.reps) for c in levels):
             bench = [
                 *TM,
