@@ -25,7 +25,6 @@ import os
 import platform
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,8 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from tokenmill.workload.server_process import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "src" / "tokenmill" / "runtime" / "assets"  # the bundled byte-level BPE, 4,096 entries
@@ -153,13 +154,6 @@ NO_TEXT_NOTE = (
 # ---------------------------------------------------------------- running one server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
@@ -256,7 +250,7 @@ def run_server(args: argparse.Namespace) -> int:
     name = args.server
     for old in work.glob(f"{name}-*"):
         old.unlink()
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     cmd, env, cwd = server_command(args, port)
     meta: dict[str, Any] = {"server": name, "server_command": shlex.join(cmd), "runs": {}}

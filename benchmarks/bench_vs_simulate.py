@@ -23,17 +23,15 @@ import datetime as _dt
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from tokenmill.cli.local_cmd import simulate_flags
 from tokenmill.runtime.device import device_kind
+from tokenmill.workload.server_process import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 # The CLI as this interpreter runs it (no console script needed: on a GPU machine with PYTHONPATH=src).
@@ -48,26 +46,6 @@ def _run_json(cmd: list[str]) -> dict[str, Any]:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{out.stderr.strip()[-2000:]}")
     result: dict[str, Any] = json.loads(out.stdout)
     return result
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_health(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("the server exited before it was ready")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("the server did not become ready")
 
 
 def workload_args(isl: int, osl: int, c: int, seed: int) -> list[str]:
@@ -160,13 +138,13 @@ def main() -> None:
         cal = _run_json([*TM, "calibrate", "local", "--dtype", "bfloat16", *device_flags, "--json"])
         cal |= cal.pop("fitted", {})
 
-    port = _free_port()
+    port = free_port()
     serve = [*TM, "serve", "--port", str(port), *SERVE, *device_flags]
     print(f"== {' '.join(serve)}", file=sys.stderr)
     proc = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     live: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
     try:
-        _wait_health(port, proc)
+        wait_healthy(port, proc)
         for c in levels:  # warm-up, not timed: each load's batch shapes run once (a GPU's first kernels load)
             print(f"== warm-up at concurrency {c}", file=sys.stderr)
             warm = [*TM, "bench", "--base-url", f"http://127.0.0.1:{port}", "--model", "tokenmill-default"]

@@ -39,14 +39,14 @@ import itertools
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tokenmill.workload.server_process import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = ["--dtype", "bfloat16", "--page-size", "16", "--chunk-tokens", "2048", "--max-running-requests", "64"]
@@ -193,24 +193,6 @@ def _server_main(port: int, device: str, handoff_s: float, record: Path) -> None
 
 
 # ------------------------------------------------------------------------------ the client side
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_health(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("the server exited before it was ready")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("the server did not become ready")
 
 
 async def _closed_loop(port: int, c: int, n: int, isl: int, osl: int, seed: int) -> list[dict[str, Any]]:
@@ -287,7 +269,7 @@ def _summarize(reqs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[
 
 
 def _run_variant(args: argparse.Namespace, index: int, variant: str, out: Path) -> dict[str, Any]:
-    port = _free_port()
+    port = free_port()
     handoff_ms = args.handoff_ms if variant == "on" else 0.0
     record = out / f"serve_timeline_{index}_{variant}.server.json"
     cmd = [
@@ -306,7 +288,7 @@ def _run_variant(args: argparse.Namespace, index: int, variant: str, out: Path) 
     log = (out / f"serve_timeline_{index}_{variant}.server.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_health(port, proc)
+        wait_healthy(port, proc, 180.0)
         for c in args.concurrency:  # warm-up at each load (a new batch shape compiles once), not recorded
             asyncio.run(_closed_loop(port, c, 2 * c, args.isl, args.osl, 99))
         client: list[dict[str, Any]] = []

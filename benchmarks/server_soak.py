@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -23,14 +22,10 @@ from pathlib import Path
 
 import httpx
 
+from tokenmill.workload.server_process import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 TOKENMILL = str(Path(sys.executable).parent / "tokenmill")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def metrics(url: str) -> dict[str, float]:
