@@ -64,6 +64,13 @@ def workload_args(isl: int, osl: int, c: int, seed: int) -> list[str]:
     ]
 
 
+def _bench(port: int, num_prompts: int, workload: list[str]) -> dict[str, Any]:
+    """One ``tokenmill bench`` run against the live server on ``port`` (its JSON summary)."""
+    url = f"http://127.0.0.1:{port}"
+    cmd = [*TM, "bench", "--base-url", url, "--model", "tokenmill-default", "--num-prompts", str(num_prompts)]
+    return _run_json([*cmd, "--tokenizer-vocab", "4096", *workload])
+
+
 def error_pct(sim: float, live: float) -> float:
     """The simulation's error relative to the live measurement, in percent."""
     return (sim / live - 1.0) * 100.0
@@ -147,25 +154,10 @@ def main() -> None:
         wait_healthy(port, proc)
         for c in levels:  # warm-up, not timed: each load's batch shapes run once (a GPU's first kernels load)
             print(f"== warm-up at concurrency {c}", file=sys.stderr)
-            warm = [*TM, "bench", "--base-url", f"http://127.0.0.1:{port}", "--model", "tokenmill-default"]
-            warm += ["--num-prompts", str(max(8, 2 * c)), "--tokenizer-vocab", "4096"]
-            _run_json([*warm, *workload_args(args.isl, args.osl, c, args.seed + 1)])
+            _bench(port, max(8, 2 * c), workload_args(args.isl, args.osl, c, args.seed + 1))
         for rep, c in ((r, c) for r in range(args.reps) for c in levels):
-            bench = [
-                *TM,
-                "bench",
-                "--base-url",
-                f"http://127.0.0.1:{port}",
-                "--model",
-                "tokenmill-default",
-                "--num-prompts",
-                str(args.num_prompts),
-                "--tokenizer-vocab",
-                "4096",
-                *workload_args(args.isl, args.osl, c, args.seed),
-            ]
             print(f"== bench at concurrency {c} (run {rep + 1} of {args.reps})", file=sys.stderr)
-            got = _run_json(bench)
+            got = _bench(port, args.num_prompts, workload_args(args.isl, args.osl, c, args.seed))
             if got["completed"] != args.num_prompts:
                 raise SystemExit(f"bench at {c}: {got['failed']} failed: {got.get('errors', [])[:3]}")
             live[c].append(got)
