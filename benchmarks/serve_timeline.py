@@ -8,7 +8,7 @@ streaming requests from this process, and prints the median time between hand-of
     send        the client sends the request                          (client)
     http        the server's ASGI app is called                       (server's event loop)
     submit      the handler hands the token ids to the engine         (event loop)
-    intake      the engine thread admits it                           (engine thread)
+    intake      the engine thread takes it in, between two steps      (engine thread)
     push        the step that made the first token hands it over      (engine thread)
     loop        the event loop runs that hand-over                    (event loop)
     body        the first chunk goes to the socket                    (event loop)
@@ -57,7 +57,6 @@ MARKS = ("send", "http", "submit", "intake", "push", "loop", "body", "first")
 def _server_main(port: int, device: str, handoff_s: float, record: Path) -> None:
     """Run ``tokenmill serve`` with the timestamps patched in; write them to ``record`` on exit."""
     import contextvars
-    import itertools
     import threading
 
     import tokenmill.runtime.async_engine as ae
