@@ -3,7 +3,7 @@
 #   1. the cost model's kernel classes measured on this GPU (benchmarks/gpu_kernels.py);
 #   2. the engine on --device cuda against --device cpu, token for token (engine_device_parity.py);
 #   3. the engine's throughput on the GPU, alone and against transformers (engine_throughput.py);
-#   4. `tokenmill serve --device cuda` driven by `tokenmill bench`.
+#   4. `tokenmill serve --device cuda` driven by `tokenmill bench` (2 × C untimed warm-ups first).
 # Usage: OUT=dir bash benchmarks/gpu_check.sh  (python3 must have torch with CUDA and tokenmill's
 # dependencies importable; PYTHONPATH may add src/). Each step runs even if one before it failed.
 # DEVICE=cpu SMOKE=1 runs every step small on a CPU, to try the script before a GPU is lent.
@@ -52,7 +52,8 @@ for c in 1 16 64; do
     n=$((requests * c / 64 > 32 ? requests * c / 64 : 32))  # 32, 64 and 256 requests
     [ -n "${SMOKE:-}" ] && n=$requests
     $PY -m tokenmill.cli bench --base-url http://127.0.0.1:8123 --model tokenmill-default --workload random \
-        --isl 128 --osl 64 --tokenizer-vocab 4096 --num-prompts $n --concurrency $c --seed 0 --json \
+        --isl 128 --osl 64 --tokenizer-vocab 4096 --num-prompts $n --concurrency $c --seed 0 \
+        --num-warmups $((2 * c)) --json \
         >"$OUT/bench_c$c.json" 2>>"$log"
     echo "bench c=$c rc=$?" >>"$log"
 done

@@ -68,6 +68,39 @@ def test_json_prints_one_object_with_bench_serving_keys(capsys: pytest.CaptureFi
     assert len(fake.bodies) == 8
 
 
+def test_warmups_go_first_and_are_left_out(capsys: pytest.CaptureFixture[str], fake: FakeServer) -> None:
+    """3 warm-ups then 8 timed requests: the server sees 11, the summary counts 8, and the warm-up
+    prompts are other prompts (seed + 1), so none of the timed ones was sent before its turn."""
+    args = bench_args(fake, "--workload", "random", "--isl", "32", "--osl", "3", "--num-prompts", "8")
+    code, out, err = cli(capsys, *args, "--concurrency", "2", "--num-warmups", "3", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["num_warmups"] == 3
+    assert summary["completed"] == 8 and summary["num_prompts"] == 8
+    assert summary["total_output_tokens"] == 8 * 3
+    assert len(fake.bodies) == 11
+    warm, timed = fake.bodies[:3], fake.bodies[3:]
+    assert all(len(b["prompt"]) == 32 and b["max_tokens"] == 3 for b in fake.bodies)
+    assert not {tuple(b["prompt"]) for b in warm} & {tuple(b["prompt"]) for b in timed}
+    assert fake.max_in_flight <= 2
+
+
+def test_no_warmups_by_default(capsys: pytest.CaptureFixture[str], fake: FakeServer) -> None:
+    args = bench_args(fake, "--workload", "random", "--isl", "16", "--osl", "2", "--num-prompts", "4")
+    code, out, err = cli(capsys, *args, "--concurrency", "2", "--json")
+    assert code == 0, err
+    assert json.loads(out)["num_warmups"] == 0
+    assert len(fake.bodies) == 4
+
+
+def test_failed_warmups_stop_the_run_before_it_is_timed(capsys: pytest.CaptureFixture[str], fake: FakeServer) -> None:
+    args = bench_args(fake, "--workload", "random", "--isl", "16", "--osl", "2", "--num-prompts", "4", model="mode=500")
+    code, out, err = cli(capsys, *args, "--concurrency", "2", "--num-warmups", "2")
+    assert code != 0 and out == ""
+    assert err.count("\n") == 1 and "--num-warmups: 2 of 2 warm-up requests failed" in err, err
+    assert len(fake.bodies) == 2  # the timed requests were never sent
+
+
 def test_output_file_and_table(capsys: pytest.CaptureFixture[str], fake: FakeServer, tmp_path: Path) -> None:
     path = tmp_path / "bench.json"
     args = bench_args(fake, "--workload", "fresh", "--num-prompts", "5", "--request-rate", "50")
@@ -119,6 +152,8 @@ def test_unreachable_server_gives_failed_requests_not_a_crash(capsys: pytest.Cap
         (["--num-prompts", "99", "--workload", f"trace:{TRACE}"], "--num-prompts"),
         (["--concurrency", "1"], "--num-prompts"),
         (["--num-prompts", "two"], "--num-prompts"),
+        (["--num-prompts", "2", "--concurrency", "1", "--num-warmups", "-1"], "--num-warmups"),
+        (["--num-prompts", "2", "--workload", f"trace:{TRACE}", "--num-warmups", "99"], "--num-warmups"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], extra: list[str], flag: str) -> None:

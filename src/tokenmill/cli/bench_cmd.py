@@ -10,6 +10,7 @@ synthetic (``tokenmill.workload.bench_client``). The summary has bench_serving's
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -83,6 +84,29 @@ def _build_workload(
     return select_requests(wl, num_prompts, min_sessions=min_sessions, concurrency=clients)
 
 
+def _warmup_workload(
+    name: str,
+    num_warmups: int,
+    concurrency: int | None,
+    seed: int,
+    isl: int,
+    osl: int,
+    range_ratio: float,
+    turns: int,
+) -> Any:
+    """The warm-up requests: the workload drawn again with seed + 1 (other prompts, so none of the
+    timed ones is in the server's prefix cache before it is sent), closed loop at ``concurrency``
+    or all at once; ``None`` for none."""
+    if num_warmups == 0:
+        return None
+    try:
+        return _build_workload(
+            name, num_warmups, None if concurrency else math.inf, concurrency, seed + 1, isl, osl, range_ratio, turns
+        )
+    except TokenmillError as exc:
+        raise TokenmillError(str(exc).replace("--num-prompts", "--num-warmups")) from None
+
+
 def bench(
     base_url: Annotated[str, typer.Option("--base-url", help="Server root, e.g. http://127.0.0.1:30000.")],
     model: Annotated[str, typer.Option("--model", help="Model name sent in each request.")],
@@ -110,6 +134,14 @@ def bench(
     output_file: Annotated[
         Path | None, typer.Option("--output-file", help="Write the summary and per-request details (JSON).")
     ] = None,
+    num_warmups: Annotated[
+        int,
+        typer.Option(
+            "--num-warmups",
+            help="Untimed requests sent first (the same workload drawn with seed + 1, at --concurrency), "
+            "left out of every metric: a server's first requests pay one-time costs (vLLM's --num-warmups).",
+        ),
+    ] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Benchmark an OpenAI-compatible server: bench_serving's summary, goodput and SLO attainment."""
@@ -131,6 +163,7 @@ def bench(
     _check("--timeout-s", timeout_s > 0 and math.isfinite(timeout_s), "a finite number > 0", timeout_s)
     _check("--tokenizer-vocab", tokenizer_vocab >= 2, "an integer >= 2", tokenizer_vocab)
     _check("--seed", seed >= 0, "an integer >= 0", seed)
+    _check("--num-warmups", 0 <= num_warmups <= MAX_REQUESTS, f"an integer from 0 to {MAX_REQUESTS:,}", num_warmups)
     slo = slo_from_flags(slo_ttft_ms, slo_tpot_ms)
     try:
         import httpx  # noqa: F401
@@ -140,9 +173,10 @@ def bench(
         base_url=base_url, model=model, endpoint=endpoint, seed=seed, vocab=tokenizer_vocab, timeout_s=timeout_s
     )
     wl = _build_workload(workload, num_prompts, request_rate, concurrency, seed, isl, osl, range_ratio, turns)
-    extra: dict[str, Any] = {}
+    warm = _warmup_workload(workload, num_warmups, concurrency, seed, isl, osl, range_ratio, turns)
+    extra: dict[str, Any] = {"num_warmups": num_warmups}
     if workload == "random":
-        extra = {"random_input_len": isl, "random_output_len": osl, "random_range_ratio": range_ratio}
+        extra |= {"random_input_len": isl, "random_output_len": osl, "random_range_ratio": range_ratio}
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -150,6 +184,15 @@ def bench(
     show = not json_out and sys.stderr.isatty()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), disable=not show, transient=True) as progress:
+        if warm is not None:
+            warming = progress.add_task("warm-up", total=len(warm.requests))
+            warm_result = run(warm, replace(config, seed=seed + 1), on_done=lambda _o: progress.advance(warming))
+            failed = [o for o in warm_result.outcomes if o.error is not None]
+            if failed:
+                raise TokenmillError(
+                    f"--num-warmups: {len(failed)} of {len(warm.requests)} warm-up requests failed, "
+                    f"the first with: {failed[0].error}"
+                )
         task = progress.add_task(f"bench {workload}", total=len(wl.requests))
         result = run(wl, config, on_done=lambda _o: progress.advance(task))
     summary = bench_summary(
