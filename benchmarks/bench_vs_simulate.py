@@ -85,8 +85,8 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"- command: `{meta['command']}`",
         f"- workload: random, {meta['isl']}-token prompts, {meta['osl']} output tokens, "
         f"{meta['num_prompts']} requests per point, closed loop, seed {meta['seed']}; live: the mean of "
-        f"{meta['reps']} runs per point (all points once, then again) after an untimed warm-up run at each "
-        "concurrency, each run's value in brackets",
+        f"{meta['reps']} runs per point (all points once, then again; the first at each concurrency after "
+        "`--num-warmups` 2 × C untimed requests), each run's value in brackets",
         f"- calibration (`tokenmill calibrate local`, {meta['calibration'].get('measured_at', '?')}): "
         f"GEMM {meta['calibration'].get('gemm_tflops', 0) * 1000:.0f} GFLOP/s, "
         f"copy {meta['calibration'].get('memory_bandwidth_gb_s', 0):.1f} GB/s, "
@@ -152,12 +152,12 @@ def main() -> None:
     live: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
     try:
         wait_healthy(port, proc)
-        for c in levels:  # warm-up, not timed: each load's batch shapes run once (a GPU's first kernels load)
-            print(f"== warm-up at concurrency {c}", file=sys.stderr)
-            _bench(port, max(8, 2 * c), workload_args(args.isl, args.osl, c, args.seed + 1))
         for rep, c in ((r, c) for r in range(args.reps) for c in levels):
             print(f"== bench at concurrency {c} (run {rep + 1} of {args.reps})", file=sys.stderr)
-            got = _bench(port, args.num_prompts, workload_args(args.isl, args.osl, c, args.seed))
+            # The first run at each load starts with untimed warm-ups: its batch shapes run once
+            # before they are timed (a server's first requests pay one-time costs, a GPU's most).
+            warmups = ["--num-warmups", str(max(8, 2 * c))] if rep == 0 else []
+            got = _bench(port, args.num_prompts, [*workload_args(args.isl, args.osl, c, args.seed), *warmups])
             if got["completed"] != args.num_prompts:
                 raise SystemExit(f"bench at {c}: {got['failed']} failed: {got.get('errors', [])[:3]}")
             live[c].append(got)
