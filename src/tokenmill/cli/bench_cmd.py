@@ -84,29 +84,6 @@ def _build_workload(
     return select_requests(wl, num_prompts, min_sessions=min_sessions, concurrency=clients)
 
 
-def _warmup_workload(
-    name: str,
-    num_warmups: int,
-    concurrency: int | None,
-    seed: int,
-    isl: int,
-    osl: int,
-    range_ratio: float,
-    turns: int,
-) -> Any:
-    """The warm-up requests: the workload drawn again with seed + 1 (other prompts, so none of the
-    timed ones is in the server's prefix cache before it is sent), closed loop at ``concurrency``
-    or all at once; ``None`` for none."""
-    if num_warmups == 0:
-        return None
-    try:
-        return _build_workload(
-            name, num_warmups, None if concurrency else math.inf, concurrency, seed + 1, isl, osl, range_ratio, turns
-        )
-    except TokenmillError as exc:
-        raise TokenmillError(str(exc).replace("--num-prompts", "--num-warmups")) from None
-
-
 def bench(
     base_url: Annotated[str, typer.Option("--base-url", help="Server root, e.g. http://127.0.0.1:30000.")],
     model: Annotated[str, typer.Option("--model", help="Model name sent in each request.")],
@@ -173,7 +150,15 @@ def bench(
         base_url=base_url, model=model, endpoint=endpoint, seed=seed, vocab=tokenizer_vocab, timeout_s=timeout_s
     )
     wl = _build_workload(workload, num_prompts, request_rate, concurrency, seed, isl, osl, range_ratio, turns)
-    warm = _warmup_workload(workload, num_warmups, concurrency, seed, isl, osl, range_ratio, turns)
+    # The warm-up: the workload drawn again with seed + 1 (other prompts, so none of the timed ones
+    # is in the server's prefix cache before it is sent), closed loop at --concurrency or all at once.
+    warm = None
+    if num_warmups:
+        rate = None if concurrency else math.inf
+        try:
+            warm = _build_workload(workload, num_warmups, rate, concurrency, seed + 1, isl, osl, range_ratio, turns)
+        except TokenmillError as exc:
+            raise TokenmillError(str(exc).replace("--num-prompts", "--num-warmups")) from None
     extra: dict[str, Any] = {"num_warmups": num_warmups}
     if workload == "random":
         extra |= {"random_input_len": isl, "random_output_len": osl, "random_range_ratio": range_ratio}
