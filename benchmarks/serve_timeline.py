@@ -56,6 +56,7 @@ MARKS = ("send", "http", "submit", "intake", "push", "loop", "body", "first")
 # ------------------------------------------------------------------------------ the server side
 def _server_main(port: int, device: str, handoff_s: float, record: Path) -> None:
     """Run ``tokenmill serve`` with the timestamps patched in; write them to ``record`` on exit."""
+    import atexit
     import contextvars
     import threading
 
@@ -185,8 +186,6 @@ def _server_main(port: int, device: str, handoff_s: float, record: Path) -> None
     def dump(*_: Any) -> None:
         record.write_text(json.dumps({"requests": list(traces.values()), "steps": steps}))
 
-    import atexit
-
     atexit.register(dump)
     main(["serve", "--port", str(port), "--device", device, *SERVE])
 
@@ -252,13 +251,13 @@ def _summarize(reqs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[
         # The engine's step time inside [push, body]: the event loop waited on it.
         busy = sum(max(0.0, min(s["end"], r["body"]) - max(s["start"], r["push"])) for s in steps)
         in_step.append(busy)
-    first_steps = [s for s in steps if s["prefills"] and not s["decodes"]]
+    prefill_steps = [s for s in steps if s["prefills"] and not s["decodes"]]
     decode_steps = [s for s in steps if s["decodes"] and not s["prefills"]]
     return {
         "requests": len(in_step),
         "median_ms": {k: round(_median_ms(v), 3) for k, v in segs.items()},
         "steps_inside_push_to_body_ms": round(_median_ms(in_step), 3),
-        "prefill_only_step_ms": round(_median_ms([s["end"] - s["start"] for s in first_steps]), 3),
+        "prefill_only_step_ms": round(_median_ms([s["end"] - s["start"] for s in prefill_steps]), 3),
         "decode_only_step_ms": round(_median_ms([s["end"] - s["start"] for s in decode_steps]), 3),
         "tpot_ms": round(
             _median_ms([(r["done"] - r["first"]) / max(1, r["osl"] - 1) for r in reqs if "first" in r and "done" in r]),
