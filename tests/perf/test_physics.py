@@ -223,3 +223,38 @@ def test_every_moe_layer_of_a_step_pays_its_routing_kernels() -> None:
     f = Features(**{**zero, "moe_layers": 58.0, "steps": 1.0})
     assert combine(f, p)["overhead"] == pytest.approx(58 * 7e-6 * 3.0)
     assert combine(f, p.updated(moe_layer_overhead_s=0.0))["overhead"] == 0.0
+
+
+def test_moe_activation_traffic_is_one_pass_over_each_gpus_expert_inputs() -> None:
+    """Around its expert GEMMs a GPU moves each of its token-expert assignments' inputs through HBM
+    (permute, quantise, combine): ``moe_act_mem_s`` is one pass, T·k/ep assignments × the experts'
+    input width × 2 B per MoE layer, which tensor parallelism does not divide and expert
+    parallelism does; ``combine`` charges ``moe_activation_passes`` of them at the weight-streaming
+    efficiency, on top of the GEMMs' roofline."""
+    dsv3 = load_model("deepseek-v3")
+    h200 = load_gpu("h200")
+    tokens = 4096
+    shape = BatchShape(prefill=(PrefillWork(tokens, 0, True),))
+    hbm = h200.hbm_bandwidth_bytes_per_s
+    # DeepSeek-V3: 58 MoE layers, 8 experts a token, inputs of 7,168 values
+    one_pass = 58 * tokens * 8 * 7168 * 2
+    assert CostModel(dsv3, h200, Layout(tp=8)).features(shape).moe_act_mem_s == pytest.approx(one_pass / hbm)
+    assert CostModel(dsv3, h200, Layout(tp=4)).features(shape).moe_act_mem_s == pytest.approx(one_pass / hbm)
+    # EP8: an eighth of the assignments a GPU, times the busiest rank's load 1 + √(2 ln 8 / μ)
+    mu = tokens * 8 / 8
+    busiest = 1 + math.sqrt(2 * math.log(8) / mu)
+    ep8 = CostModel(dsv3, h200, Layout(tp=8, ep=8)).features(shape).moe_act_mem_s
+    assert ep8 == pytest.approx(one_pass / 8 * busiest / hbm)
+    # Kimi-K3's latent experts: 92 MoE layers, 16 experts a token at 3,584 values, as many bytes a
+    # token and layer as DeepSeek's 8 at 7,168
+    k3 = CostModel(K3, B300, Layout(tp=8)).features(shape).moe_act_mem_s
+    assert k3 == pytest.approx(92 * tokens * 16 * 3584 * 2 / B300.hbm_bandwidth_bytes_per_s)
+    assert CostModel(LLAMA8, H100, Layout(tp=1)).features(shape).moe_act_mem_s == 0.0
+    zero = dict.fromkeys(Features._fields, 0.0)
+    f = Features(**{**zero, "moe_act_mem_s": 0.010})
+    p = PerfParams(moe_activation_passes=5.0, weight_bandwidth_efficiency=0.5)
+    assert combine(f, p)["routed_experts"] == pytest.approx(5.0 * 0.010 / 0.5)
+    # added to the GEMMs' roofline, not hidden under it
+    g = Features(**{**zero, "moe_act_mem_s": 0.010, "moe_flop_s": 0.020})
+    gemm = 0.020 / (p.moe_matmul_efficiency * p.compute_scale)
+    assert combine(g, p)["routed_experts"] == pytest.approx(gemm + 0.1)

@@ -115,6 +115,7 @@ def test_a_2000_token_prompt_a_second_costs_the_streams_15_pct(interference: dic
 # --- long sessions on Balanced (seed §2.3) -------------------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason=MISS)
 def test_four_118k_histories_first_pass_in_24_2_s(four_sessions: list[dict[str, str]]) -> None:
     _within(max(float(r["finish_s"]) for r in four_sessions if r["turn"] == "0"), 24.2)
 
@@ -138,7 +139,6 @@ def test_eight_sessions_returning_turns_first_token_after_6_s(tmp_path: Path) ->
 # --- the sustained rate (seed §2.3, Figure 4) ----------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=MISS)
 def test_low_latency_sustains_0_5_to_0_7_requests_per_s() -> None:
     d = _json("sweep", "--pool-ratio", "1.1", "--find-sustained")
     _within(d["layouts"]["TP8"]["sustained_rate"], 0.5, 0.7)

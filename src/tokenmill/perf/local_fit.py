@@ -115,8 +115,9 @@ def fit_local(
         raise TokenmillError(f"need at least {len(LOCAL_BOUNDS)} timed steps to fit, got {len(usable)}")
     # A CPU runs the model and the scheduler on the same cores: nothing overlaps. tokenmill's engine
     # pads a step's prefill chunks to the longest. An MoE layer's routing ops are among the
-    # per-layer gaps the fit measures here, not a GPU engine's kernels of their own.
-    base = base or PerfParams(cpu_overlap=0.0, padded_prefill=1.0, moe_layer_overhead_s=0.0)
+    # per-layer gaps the fit measures here, not a GPU engine's kernels of their own, and its
+    # gather and scatter of the experts' tokens are in the fitted kernel rates, not in HBM passes.
+    base = base or PerfParams(cpu_overlap=0.0, padded_prefill=1.0, moe_layer_overhead_s=0.0, moe_activation_passes=0.0)
     cost = CostModel(model, machine, layout, base)
     feats = _stack([cost.features(s) for s, _ in usable])
     measured = np.array([t for _, t in usable])

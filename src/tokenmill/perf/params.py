@@ -55,6 +55,11 @@ class PerfParams:
     attention_efficiency: float = 0.40  # attention and linear-attention kernels (FLOP-bound part)
     weight_bandwidth_efficiency: float = 0.75  # streaming weights from HBM
     cache_bandwidth_efficiency: float = 0.60  # reading KV pages / reading and writing linear-attention state
+    # HBM passes over the expert inputs of each token-expert assignment an MoE layer makes around
+    # its GEMMs: the permutation into expert order (read, write), the 8-bit quantisation of the
+    # inputs (read, write), the weighted combine of the outputs (read). Prior 4 (of those five,
+    # some fused); at the weight-streaming efficiency.
+    moe_activation_passes: float = 4.0
     # --- communication ---------------------------------------------------------------------------
     collective_bandwidth_efficiency: float = 0.70  # of the scale-up (NVLink) bandwidth per direction
     collective_latency_s: float = 8e-6  # one collective inside a scale-up (NVLink) domain
@@ -165,6 +170,7 @@ GLOBAL_FIELDS: tuple[str, ...] = (
     "step_overhead_s",
     "prefill_layer_overhead_s",
     "moe_layer_overhead_s",
+    "moe_activation_passes",
 )
 
 #: Physical bounds each fitted field stays inside.
@@ -185,6 +191,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "prefill_layer_overhead_s": (1e-6, 500e-6),
     "decode_layer_overhead_s": (1e-6, 200e-6),
     "moe_layer_overhead_s": (1e-7, 100e-6),
+    "moe_activation_passes": (0.05, 40.0),
     "request_latency_s": (1e-4, 0.2),
     "overhead_scale": (0.2, 5.0),
     "compute_scale": (0.3, 3.0),

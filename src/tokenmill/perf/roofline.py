@@ -33,7 +33,15 @@ What the demands count (per step, busiest GPU):
 - **routed_experts**: a batch of T tokens touches E·(1 − (1 − k/E)^T) distinct experts per layer
   on average and only those are read (whole experts or slices of every expert alike); FLOPs are
   2·k·(expert params)/tp per token, times the expected load of the busiest expert-parallel rank
-  (μ + √(2 μ ln ep) assignments for μ = T·k/ep on average).
+  (μ + √(2 μ ln ep) assignments for μ = T·k/ep on average). Around the expert GEMMs each GPU
+  moves its assignments' activations through HBM: the permutation into expert order, the 8-bit
+  quantisation of the inputs, the weighted combine of the outputs. That traffic is counted in
+  passes over the expert inputs (T·k/ep assignments × the experts' input width × 2 B per MoE
+  layer, ``moe_activation_passes`` of them at the weight-streaming efficiency), added to the
+  roofline of the GEMMs: tensor parallelism does not divide it (every GPU runs every assignment
+  on its slices of the experts), expert parallelism does, and a latent MoE's experts take their
+  inputs at the latent width (Kimi-K3: 3,584 values for 16 experts a token, as many bytes as
+  DeepSeek's 7,168 for 8).
 - **attention** by kind: MLA decode in the absorbed form reads each request's latent cache
   (replicated over attention TP, striped by DCP) and does 2·N·c·(576 + 512) FLOPs per token;
   prefill/midfill in the expanded form do 2·pairs·N·(192 + 128) and re-expand the cached context
@@ -149,6 +157,7 @@ class Features(NamedTuple):
     pre_attn_mem_pad_s: Any
     linear_chunk_steps: Any  # linear-attention layers × chunks of the step's longest prefill chunk
     moe_layers: Any  # MoE layers of the step (each launches its router, top-k, permute and combine)
+    moe_act_mem_s: Any  # one pass over the expert inputs of the GPU's token-expert assignments, all MoE layers
 
 
 FEATURE_NAMES: tuple[str, ...] = Features._fields
@@ -194,7 +203,8 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
     moe_f = f.moe_flop_s + f.moe_flop8_s / r8 + f.moe_flop4_s / r4
     out: dict[str, Any] = {
         "dense_linear": mx(dense_f / mm, f.dense_mem_s / wb),
-        "routed_experts": mx(moe_f / (p.moe_matmul_efficiency * cs), f.moe_mem_s / wb),
+        "routed_experts": mx(moe_f / (p.moe_matmul_efficiency * cs), f.moe_mem_s / wb)
+        + p.moe_activation_passes * f.moe_act_mem_s / wb,
         "lm_head": mx(f.head_flop_s / mm, f.head_mem_s / wb),
         "prefill_attention": mx(
             (f.pre_attn_flop_s + p.padded_prefill * (f.pre_attn_flop_pad_s - f.pre_attn_flop_s)) / att,
@@ -321,6 +331,7 @@ class CostModel:
         moe = model.moe
         self._k_over_e = moe.experts_per_token / moe.num_experts if moe is not None else 0.0
         self._top_k = moe.experts_per_token if moe is not None else 0
+        self._expert_in_bytes = moe.expert_input_dim * _ACT_BYTES if moe is not None else 0.0
         # per-token attention constants on one GPU (attention TP heads)
         attn_tp = lay.attn_tp
         kv_b = lay.kv_cache_dtype.nbytes
@@ -503,6 +514,10 @@ class CostModel:
         moe_flop = experts.per_token(assignments, assignments)
         moe_mem = experts.mem_s * self.experts_touched_fraction(tokens)
         head_flop = sum(head.per_token(logit_tokens, logit_tokens))
+        # each GPU permutes, quantises and combines the expert inputs of its assignments: T·k/ep
+        # (the busiest rank's), at the experts' input width
+        gpu_assign = tokens * self._top_k / lay.ep * self.expert_imbalance(tokens)
+        moe_act = self._moe_layers * gpu_assign * self._expert_in_bytes / self._hbm
 
         # attention: prefill as the chunks are, and padded to the longest chunk of the step
         pre_f, pre_b = self._prefill_attention(pre)
@@ -619,6 +634,7 @@ class CostModel:
             pad_b * pre_share / hbm,
             float(self._linear_layers * -(-max(pre_lengths) // _KDA_CHUNK)) if pre else 0.0,
             float(self._moe_layers),
+            moe_act,
         )
 
     # --- the step ----------------------------------------------------------------------------

@@ -37,7 +37,8 @@ _KNOWN = {f.name for f in fields(PerfParams)}
 #: Constants for which 0 is meaningful: no front-end cost (an engine with its own detokeniser
 #: process), no overlap of the CPU step with the device's work (a CPU device runs both), a flat
 #: GEMM efficiency, no pipeline lag before a first token reaches the client, no routing kernels of
-#: their own in an MoE layer (a CPU fit counts them among the per-layer gaps).
+#: their own in an MoE layer (a CPU fit counts them among the per-layer gaps), no HBM passes over
+#: the experts' inputs of their own (a CPU fit counts its gather and scatter in the kernel rates).
 _ZERO_ALLOWED = frozenset(
     {
         "stream_per_token_s",
@@ -49,6 +50,7 @@ _ZERO_ALLOWED = frozenset(
         "linear_chunk_step_s",
         "first_token_steps",
         "moe_layer_overhead_s",
+        "moe_activation_passes",
     }
 )
 
