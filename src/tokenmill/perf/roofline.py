@@ -510,13 +510,14 @@ class CostModel:
         dense, experts, head = self._dense, self._experts, self._head
         moe_tokens = rank_tokens if self._a2a else tokens
         dense_flop = dense.per_token(rank_tokens, rank_tokens if self._a2a else tokens)
-        assignments = self._k_over_e * tokens * self.expert_imbalance(tokens)
+        imbalance = self.expert_imbalance(tokens)
+        assignments = self._k_over_e * tokens * imbalance
         moe_flop = experts.per_token(assignments, assignments)
         moe_mem = experts.mem_s * self.experts_touched_fraction(tokens)
         head_flop = sum(head.per_token(logit_tokens, logit_tokens))
         # each GPU permutes, quantises and combines the expert inputs of its assignments: T·k/ep
         # (the busiest rank's), at the experts' input width
-        gpu_assign = tokens * self._top_k / lay.ep * self.expert_imbalance(tokens)
+        gpu_assign = tokens * self._top_k / lay.ep * imbalance
         moe_act = self._moe_layers * gpu_assign * self._expert_in_bytes / self._hbm
 
         # attention: prefill as the chunks are, and padded to the longest chunk of the step
