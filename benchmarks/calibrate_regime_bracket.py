@@ -25,7 +25,12 @@ what any rule for the share could reach. The fifth does the same per engine and 
 ``k``, the steps of prefill a wave's prompts fill (``replay.wave_prompt_steps``: lanes per rank ×
 ISL ÷ the engine's prefill budget), beside the lock-step weight the shipped constants give at the
 band's median ``k`` (``replay.lock_step_weight``): how the weight the rows ask for grows with a
-wave's prompts (docs/perf.md §3, "The lanes' jitter").
+wave's prompts (docs/perf.md §3, "The lanes' jitter"). The sixth asks whether the weight's shape
+in ``k`` is what holds the fit back: per engine, the best share and spread on a grid for the
+shipped ``k / (k + J)``, a steeper ``k^n / (k^n + J^n)`` (n = 1.5 to 4) and a hinge
+``max(0, 1 − J / k)`` (arrivals spread evenly over J steps queue only for what a wave's prompts
+fill beyond them), each as a share × that fraction, and the median TTFT error each leaves: the
+in-sample bound of each shape, against the shipped constants' error on the same rows.
 """
 
 from __future__ import annotations
@@ -178,6 +183,49 @@ def _by_prompt_steps(
     return out
 
 
+#: The shapes of the lock-step fraction in k the sixth table compares: (name, exponents n, f(k, J, n)).
+SHAPES: tuple[tuple[str, tuple[float, ...], Any], ...] = (
+    ("k / (k + J) (shipped)", (1.0,), lambda k, j, n: k / (k + j)),
+    ("k^n / (k^n + J^n)", (1.5, 2.0, 3.0, 4.0), lambda k, j, n: k**n / (k**n + j**n)),
+    ("max(0, 1 − J / k)", (1.0,), lambda k, j, n: max(0.0, 1.0 - j / k)),
+)
+#: The spreads J (steps) the sixth table tries.
+SPREAD_GRID = (0.01, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
+
+
+def _by_shape(
+    pts: list[tuple[str, float, float, float, float]], params: Path
+) -> dict[str, dict[str, tuple[int, float, float, float, float, float]]]:
+    """engine → shape → (rows, the shipped constants' median TTFT error on them, the shape's best
+    median error, its share, spread and exponent), from (engine, k, measured, lock step, drifted)."""
+    from tokenmill.perf.calibrated import load_table
+    from tokenmill.perf.replay import lock_step_weight
+
+    table = load_table(params)
+    by_engine: dict[str, list[tuple[str, float, float, float, float]]] = defaultdict(list)
+    for p in pts:
+        by_engine[p[0]].append(p)
+    out: dict[str, dict[str, tuple[int, float, float, float, float, float]]] = {}
+    for engine in sorted(by_engine):
+        v = by_engine[engine]
+        shipped_params = table.resolve("h100", engine)[0]
+        shipped = statistics.median(
+            _ape(w * p[3] + (1 - w) * p[4], p[2]) for p in v for w in (lock_step_weight(shipped_params, p[1]),)
+        )
+        out[engine] = {}
+        for name, exponents, frac in SHAPES:
+            best = (math.inf, 0.0, 0.0, 0.0)
+            for n in exponents:
+                for j in SPREAD_GRID:
+                    fr = [frac(p[1], j, n) for p in v]
+                    for s in SHARE_GRID:
+                        mixed = zip(v, fr, strict=True)
+                        e = statistics.median(_ape(s * f * p[3] + (1 - s * f) * p[4], p[2]) for p, f in mixed)
+                        best = min(best, (e, s, j, n))
+            out[engine][name] = (len(v), shipped, *best)
+    return out
+
+
 def _band(queued_share: float) -> str:
     return next(name for top, name in QUEUED_BANDS if queued_share < top)
 
@@ -258,6 +306,7 @@ def main() -> None:
     fixed = {engine: _fixed_cost(pts) for engine, pts in sorted(little.items())}
     shares = _best_shares(regimes)
     steps = _by_prompt_steps(stepped, args.params)
+    shapes = _by_shape(stepped, args.params)
     if args.json:
         best = {
             name: {
@@ -277,6 +326,18 @@ def main() -> None:
             "little_queued_fixed_cost": fixed,
             "best_share_per": best,
             "best_share_by_prompt_steps": by_steps,
+            "best_weight_shape": {
+                f"{e} | {name}": {
+                    "rows": n,
+                    "shipped_ttft_median_ape": sh,
+                    "ttft_median_ape": err,
+                    "share": s,
+                    "spread_steps": j,
+                    "exponent": x,
+                }
+                for e, each in shapes.items()
+                for name, (n, sh, err, s, j, x) in each.items()
+            },
         }
         print(json.dumps(out, indent=2))
         return
@@ -327,6 +388,12 @@ def main() -> None:
     print("|---|---|---:|---:|---:|---:|")
     for (engine, band), (n, b, k, w) in steps.items():
         print(f"| {engine} | {band} | {n:,} | {b:.2f} | {k:.2f} | {w:.2f} |")
+    print()
+    print("| engine | lock-step fraction in k | rows | shipped TTFT error | best TTFT error | share | spread J | n |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for engine, each in shapes.items():
+        for name, (n, sh, err, s, j, x) in each.items():
+            print(f"| {engine} | {name} | {n:,} | {100 * sh:.1f} % | {100 * err:.1f} % | {s:.2f} | {j:g} | {x:g} |")
 
 
 if __name__ == "__main__":
