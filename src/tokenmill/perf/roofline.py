@@ -331,7 +331,10 @@ class CostModel:
         moe = model.moe
         self._k_over_e = moe.experts_per_token / moe.num_experts if moe is not None else 0.0
         self._top_k = moe.experts_per_token if moe is not None else 0
-        self._expert_in_bytes = moe.expert_input_dim * _ACT_BYTES if moe is not None else 0.0
+        # one pass over the expert inputs of one token's assignments on a GPU, all MoE layers, in
+        # seconds of HBM: k/ep assignments (before the busiest rank's imbalance) at the input width
+        in_bytes = moe.expert_input_dim * _ACT_BYTES if moe is not None else 0.0
+        self._moe_act_s_per_token = self._moe_layers * self._top_k / lay.ep * in_bytes / self._hbm
         # per-token attention constants on one GPU (attention TP heads)
         attn_tp = lay.attn_tp
         kv_b = lay.kv_cache_dtype.nbytes
@@ -517,8 +520,7 @@ class CostModel:
         head_flop = sum(head.per_token(logit_tokens, logit_tokens))
         # each GPU permutes, quantises and combines the expert inputs of its assignments: T·k/ep
         # (the busiest rank's), at the experts' input width
-        gpu_assign = tokens * self._top_k / lay.ep * imbalance
-        moe_act = self._moe_layers * gpu_assign * self._expert_in_bytes / self._hbm
+        moe_act = self._moe_act_s_per_token * tokens * imbalance
 
         # attention: prefill as the chunks are, and padded to the longest chunk of the step
         pre_f, pre_b = self._prefill_attention(pre)
