@@ -19,9 +19,10 @@ by the share of their predicted TTFT spent queued before admission
 queued) whether that cost is one fixed latency, or one factor, per model (and GPU): each
 group's best offset (the median of measured − predicted) or factor (the median of measured ÷
 predicted) applied, what median error is left. The fourth gives the best the share itself can do:
-one share per engine, per engine and model, or per engine, model and GPU, each chosen (on a grid
+one share per engine, per engine and model, per engine, model and GPU, per engine release too, per
+benchmark campaign (those and the prompt and answer lengths) or per row, each chosen (on a grid
 of 0.05) to minimise its group's median TTFT error on the group's own rows, an in-sample bound on
-what any rule for the share could reach. The fifth does the same per engine and per band of
+what any rule for the share could reach, with the fraction of rows each puts within 20 %. The fifth does the same per engine and per band of
 ``k``, the steps of prefill a wave's prompts fill (``replay.wave_prompt_steps``: lanes per rank ×
 ISL ÷ the engine's prefill budget), beside the lock-step weight the shipped constants give at the
 band's median ``k`` (``replay.lock_step_weight``): how the weight the rows ask for grows with a
@@ -103,31 +104,37 @@ def _fixed_cost(pts: list[tuple[str, str, float, float]]) -> dict[str, Any]:
 
 #: Shares the fourth table tries for each group.
 SHARE_GRID = tuple(i / 20 for i in range(21))
-#: Its groupings of the rows (engine, model, GPU, measured, lock step, drifted).
-SHARE_GROUPS = (
+#: A row for the fourth table: engine, model, GPU, measured, lock step, drifted, and what else
+#: names its campaign (engine release, ISL, OSL) and the row (id).
+Regime = tuple[str, str, str, float, float, float, str, int, int, str]
+#: Its groupings of the rows, coarse to fine: the last two are a benchmark campaign (one release's
+#: sweep of one model on one GPU at one prompt and answer length) and each row alone.
+SHARE_GROUPS: tuple[tuple[str, Any], ...] = (
     ("engine", lambda p: p[0]),
     ("engine and model", lambda p: (p[0], p[1])),
     ("engine, model and GPU", lambda p: (p[0], p[1], p[2])),
+    ("engine, model, GPU and release", lambda p: (p[0], p[1], p[2], p[6])),
+    ("campaign: those, ISL and OSL", lambda p: (p[0], p[1], p[2], p[6], p[7], p[8])),
+    ("each row", lambda p: p[9]),
 )
 
 
-def _best_shares(
-    pts: list[tuple[str, str, str, float, float, float]],
-) -> dict[str, tuple[int, float, dict[Any, tuple[int, float]]]]:
-    """Per grouping: (groups, median TTFT error over all rows with each group's best share, and
-    each group's rows and best share)."""
+def _best_shares(pts: list[Regime]) -> dict[str, tuple[int, float, float, dict[Any, tuple[int, float]]]]:
+    """Per grouping: (groups, median TTFT error over all rows with each group's best share, the
+    fraction of rows it puts within 20 %, and each group's rows and best share)."""
 
-    def err(p: tuple[str, str, str, float, float, float], s: float) -> float:
+    def err(p: Regime, s: float) -> float:
         return _ape(s * p[4] + (1.0 - s) * p[5], p[3])
 
     out = {}
     for name, key in SHARE_GROUPS:
-        groups: dict[Any, list[tuple[str, str, str, float, float, float]]] = defaultdict(list)
+        groups: dict[Any, list[Regime]] = defaultdict(list)
         for p in pts:
             groups[key(p)].append(p)
         best = {k: min(SHARE_GRID, key=lambda s: statistics.median(err(p, s) for p in v)) for k, v in groups.items()}
-        each = {k: (len(groups[k]), best[k]) for k in sorted(groups)}
-        out[name] = (len(groups), statistics.median(err(p, best[key(p)]) for p in pts), each)
+        each = {k: (len(groups[k]), best[k]) for k in sorted(groups, key=str)}
+        errors = [err(p, best[key(p)]) for p in pts]
+        out[name] = (len(groups), statistics.median(errors), sum(e <= 0.2 for e in errors) / len(errors), each)
     return out
 
 
@@ -260,15 +267,28 @@ def main() -> None:
     by_engine: dict[str, list[tuple[float, float, float, float, float]]] = defaultdict(list)
     # where little queues: (model, GPU, measured, predicted) by engine
     little: dict[str, list[tuple[str, str, float, float]]] = defaultdict(list)
-    # (engine, model, GPU, measured, lock step, drifted) of every row
-    regimes: list[tuple[str, str, str, float, float, float]] = []
+    # (engine, model, GPU, measured, lock step, drifted, release, ISL, OSL, id) of every row
+    regimes: list[Regime] = []
     # (engine, a wave's prompt steps, measured, lock step, drifted) of every row
     stepped: list[tuple[str, float, float, float, float]] = []
     for r in rows:
         if r["id"] in preds and r.get("silicon_ttft_ms"):
             t, q, lk, dr = preds[r["id"]]
             by_engine[r["backend"]].append((float(r["silicon_ttft_ms"]), t, q, lk, dr))
-            regimes.append((r["backend"], r["model_path"], r["system"], float(r["silicon_ttft_ms"]), lk, dr))
+            regimes.append(
+                (
+                    r["backend"],
+                    r["model_path"],
+                    r["system"],
+                    float(r["silicon_ttft_ms"]),
+                    lk,
+                    dr,
+                    r.get("backend_version") or "unversioned",
+                    int(r["isl"]),
+                    int(r["osl"]),
+                    r["id"],
+                )
+            )
             k = _prompt_steps(r)
             if k is not None:
                 stepped.append((r["backend"], k, float(r["silicon_ttft_ms"]), lk, dr))
@@ -312,9 +332,11 @@ def main() -> None:
             name: {
                 "groups": n,
                 "ttft_median_ape": e,
-                "shares": {" | ".join([k] if isinstance(k, str) else k): b for k, (_, b) in each.items()},
+                "within_20_percent": w,
+                "shares": {" | ".join(map(str, [k] if isinstance(k, str) else k)): b for k, (_, b) in each.items()},
             }
-            for name, (n, e, each) in shares.items()
+            for name, (n, e, w, each) in shares.items()
+            if name != "each row"
         }
         by_steps = {
             f"{e} | {band}": {"rows": n, "best_share": b, "median_k": k, "shipped_weight": w}
@@ -374,14 +396,14 @@ def main() -> None:
             f"{100 * f['offset_per_model_gpu']:.1f} % | {100 * f['factor_per_model_gpu']:.1f} % |"
         )
     print()
-    print("| one burst share per (each group's best, in sample) | groups | TTFT median error |")
-    print("|---|---:|---:|")
-    for name, (n, e, _) in shares.items():
-        print(f"| {name} | {n} | {100 * e:.1f} % |")
+    print("| one burst share per (each group's best, in sample) | groups | TTFT median error | rows within 20 % |")
+    print("|---|---:|---:|---:|")
+    for name, (n, e, w, _) in shares.items():
+        print(f"| {name} | {n:,} | {100 * e:.1f} % | {100 * w:.1f} % |")
     print()
     print("| engine | model | rows | best share |")
     print("|---|---|---:|---:|")
-    for (engine, model), (n, b) in shares["engine and model"][2].items():
+    for (engine, model), (n, b) in shares["engine and model"][3].items():
         print(f"| {engine} | {model} | {n:,} | {b:.2f} |")
     print()
     print("| engine | a wave's prompt steps k | rows | best share | median k | shipped lock-step weight there |")

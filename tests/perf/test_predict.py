@@ -1,5 +1,5 @@
-"""``predict``: the TPOT split into the decode step and the time behind other prompts; the same point
-on disaggregated prefill and decode workers."""
+"""``predict``: the TPOT split into the decode step and the time behind other prompts; one prompt's
+prefill step by component; the same point on disaggregated prefill and decode workers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import PerfParams
-from tokenmill.perf.predict import predict, predict_disaggregated
+from tokenmill.perf.predict import predict, predict_disaggregated, prefill_breakdown
 from tokenmill.plan import Layout, Speculation, plan_memory
 from tokenmill.spec import load_model
 
@@ -134,3 +134,53 @@ def test_a_request_longer_than_the_context_is_predicted_with_a_note() -> None:
     p = predict(PLAN, "sglang", 131_072, 1024, 1, PARAMS)
     assert any("132,096 tokens a request exceed llama-3.1-8b's context of 131,072" in n for n in p.notes)
     assert not any("context" in n for n in predict(PLAN, "sglang", 1024, 128, 1, PARAMS).notes)
+
+
+@pytest.mark.parametrize("backend", ["sglang", "vllm", "trtllm"])
+def test_a_lone_prompt_spends_its_prefill_step_from_admission_to_first_token(backend: str) -> None:
+    """One lane, one 2,000-token prompt: the replay's admission-to-first-token (the simulator's
+    clock) is the one prefill step the breakdown costs directly (the cost model), and the step's
+    parts add up to it."""
+    p = predict(PLAN, backend, 2000, 200, 1, PARAMS)
+    assert p.prefill_step is not None
+    assert (p.prefill_step["tokens"], p.prefill_step["chunks"]) == (2000, 1)
+    assert p.ttft_split_ms["prefill"] == pytest.approx(p.prefill_step["seconds"] * 1e3, rel=0.01)
+    assert sum(p.prefill_step["breakdown"].values()) == pytest.approx(p.prefill_step["seconds"])
+    assert p.prefill_step["breakdown"]["collectives"] == 0  # one GPU
+
+
+@pytest.mark.parametrize(
+    ("gpu", "backend", "budget"),
+    [
+        ("h100", "sglang", 8192),  # SGLang's chunked_prefill_size under 160 GB of memory
+        ("b200", "sglang", 16384),  # and from 160 GB up (B200: 180 GB)
+        ("b200", "vllm", 8192),  # vLLM's max_num_batched_tokens
+        ("b200", "trtllm", 8192),  # TRT-LLM's max_num_tokens
+    ],
+)
+def test_a_long_prompts_prefill_step_is_one_chunk_of_the_engines_budget(gpu: str, backend: str, budget: int) -> None:
+    plan = plan_memory(load_model("llama-3.1-8b"), load_gpu(gpu), 1, Layout(tp=1))
+    step = prefill_breakdown(plan, PARAMS, backend, 40_000)
+    assert step["tokens"] == budget
+    assert step["chunks"] == -(-40_000 // budget)  # 5 chunks of 8,192, or 3 of 16,384
+
+
+def test_prefill_gemms_grow_with_the_chunk_and_the_fixed_costs_do_not() -> None:
+    """A compute-bound prefill: Llama-3.1-8B's 4,096-token chunk is 65 TFLOP of GEMMs against 16 GB
+    of weights (an H100 streams them in 5 ms and needs ~80 ms for the FLOPs), so twice the tokens
+    is twice the GEMM time, while the per-step and per-layer overheads stay."""
+    small = prefill_breakdown(PLAN, PARAMS, "sglang", 4096)["breakdown"]
+    large = prefill_breakdown(PLAN, PARAMS, "sglang", 8192)["breakdown"]
+    assert large["dense_linear"] / small["dense_linear"] == pytest.approx(2.0, rel=0.03)
+    assert large["overhead"] == pytest.approx(small["overhead"])
+    assert large["prefill_attention"] > 2 * small["prefill_attention"]  # quadratic in the chunk
+
+
+def test_disaggregated_prefill_step_is_the_prefill_workers() -> None:
+    """The prefill step is costed on the prefill worker's layout, not the decode worker's: one GPU
+    (no all-reduce) prefilling for a TP2 decode worker."""
+    decode = plan_memory(load_model("llama-3.1-8b"), load_gpu("h100"), 2, Layout(tp=2))
+    dis = predict_disaggregated(PLAN, decode, 1, 1, "sglang", 2000, 64, 1, PARAMS)
+    assert dis.prefill_step is not None and dis.prefill_step["breakdown"]["collectives"] == 0
+    assert dis.decode_step["breakdown"]["collectives"] > 0
+    assert dis.prefill_step == prefill_breakdown(PLAN, PARAMS, "sglang", 2000)

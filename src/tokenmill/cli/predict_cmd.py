@@ -364,8 +364,31 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
             d.add_row(k, f"{v:.3f}")
     d.add_row("total", f"{step['ms']:.3f}")
     print_table(console, d)
+    if out.get("prefill_step"):
+        print_table(console, _prefill_table(out["prefill_step"], out["isl"]))
     for note in out["notes"]:
         console.print(f"note: {note}")
+
+
+def _prefill_table(step: dict[str, Any], isl: int) -> Any:
+    """One prompt's first prefill chunk alone, by component (``Prediction.prefill_step``)."""
+    from rich.table import Table
+
+    if step["chunks"] == 1:
+        title = f"one prefill step: one prompt's {step['tokens']:,} tokens alone"
+    else:
+        title = (
+            f"one prefill step: the first {step['tokens']:,} of one prompt's {isl:,} tokens alone "
+            f"(chunk 1 of {step['chunks']})"
+        )
+    t = Table(title=title, show_edge=False)
+    t.add_column("component")
+    t.add_column("ms", justify="right")
+    for k, v in step["breakdown_ms"].items():
+        if v:
+            t.add_row(k, f"{v:.3f}")
+    t.add_row("total", f"{step['ms']:.3f}")
+    return t
 
 
 #: How the TTFT line names the parts of ``ttft_split_ms``.
