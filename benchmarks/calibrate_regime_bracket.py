@@ -13,26 +13,25 @@ the two, which ``calibrate evaluate`` writes beside it (``predicted_ttft_lock_st
 ``predicted_ttft_drifted_ms``). The first table counts, by engine, the aggregated rows whose
 measured TTFT lies above both replays, below both, or between them: only the last can be reached
 by a better share, per engine, per row or from any feature of the row. The second groups the rows
-by the share of their predicted TTFT spent queued before admission
-(``predicted_ttft_queued_ms``): where little queues, the error is the first token's own cost
-(front end and prefill), not the benchmark's dynamics. The third asks of those rows (under 10 %
-queued) whether that cost is one fixed latency, or one factor, per model (and GPU): each
-group's best offset (the median of measured − predicted) or factor (the median of measured ÷
-predicted) applied, what median error is left. The fourth gives the best the share itself can do:
-one share per engine, per engine and model, per engine, model and GPU, per engine release too, per
-benchmark campaign (those and the prompt and answer lengths) or per row, each chosen (on a grid
-of 0.05) to minimise its group's median TTFT error on the group's own rows, an in-sample bound on
-what any rule for the share could reach, with the fraction of rows each puts within 20 %. The fifth does the same per engine and per band of
-``k``, the steps of prefill a wave's prompts fill (``replay.wave_prompt_steps``: lanes per rank ×
-ISL ÷ the engine's prefill budget), beside the lock-step weight the shipped constants give at the
-band's median ``k`` (``replay.lock_step_weight``): how the weight the rows ask for grows with a
-wave's prompts (docs/perf.md §3, "The lanes' jitter"). The sixth asks whether the weight's shape
-in ``k`` is what holds the fit back: per engine, the best share and spread on a grid for the
+by the share of their predicted TTFT spent queued before admission (``predicted_ttft_queued_ms``):
+where little queues, the error is the first token's own cost (front end and prefill), not the
+benchmark's dynamics. The third asks of those rows (under 10 % queued) whether that cost is one
+fixed latency, or one factor, per model (and GPU): each group's best offset (the median of
+measured − predicted) or factor (the median of measured ÷ predicted) applied, what median error is
+left. The fourth gives the best the share itself can do: one share per engine, per engine and
+model, per engine, model and GPU, per engine release too, per benchmark campaign (those and the
+prompt and answer lengths) or per row, each chosen (on a grid of 0.05) to minimise its group's
+median TTFT error on the group's own rows, an in-sample bound on what any rule for the share could
+reach, with the fraction of rows each puts within 20 %. The fifth does the same per engine and per
+band of ``k``, the steps of prefill a wave's prompts fill (``replay.wave_prompt_steps``: lanes per
+rank × ISL ÷ the engine's prefill budget), beside the lock-step weight the shipped constants give
+at the band's median ``k`` (``replay.lock_step_weight``): how the weight the rows ask for grows
+with a wave's prompts (docs/perf.md §3, "The lanes' jitter"). The sixth asks whether the weight's
+shape in ``k`` is what holds the fit back: per engine, the best share and spread on a grid for the
 shipped ``k / (k + J)``, a steeper ``k^n / (k^n + J^n)`` (n = 1.5 to 4) and a hinge
 ``max(0, 1 − J / k)`` (arrivals spread evenly over J steps queue only for what a wave's prompts
-fill beyond them), each as a share × that fraction, and the median TTFT error each leaves: the
-in-sample bound of each shape, against the shipped constants' error on the same rows.
-"""
+fill beyond them), each as a share × that fraction, and the median TTFT error each leaves: the in-sample bound
+of each shape, against the shipped constants' error on the same rows."""
 
 from __future__ import annotations
 

@@ -1237,3 +1237,25 @@ def test_sweep_has_no_weight_format_to_compare(capsys: pytest.CaptureFixture[str
     argv = ("sweep", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--rates", "1")
     code, out, err = cli(capsys, *argv, "--compare", "weight-format=fp8")
     assert code == 2 and out == "" and err.startswith("error: --compare item 'weight-format=fp8' must be KEY=VALUE")
+
+
+def test_predict_set_is_a_what_if_on_the_fitted_constants(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--set collective_latency_s=5e-6``: K3's TP8 decode step runs 2 all-reduces in each of its 93
+    layers, so its collectives lose 186 × (fitted latency − 5 µs) and nothing else moves; the
+    error band, which measures the fitted constants, is not shown, and a note says what changed."""
+    point = ("predict", "--isl", "8400", "--osl", "512", "--concurrency", "1", "--json")
+    code, out, _ = cli(capsys, *point)
+    assert code == 0
+    fitted = json.loads(out)
+    code, out, _ = cli(capsys, *point, "--set", "collective_latency_s=5e-6")
+    assert code == 0
+    what_if = json.loads(out)
+    latency = fitted["params"]["collective_latency_s"]
+    before, after = fitted["decode_step"]["breakdown_ms"], what_if["decode_step"]["breakdown_ms"]
+    assert before["collectives"] - after["collectives"] == pytest.approx(186 * (latency - 5e-6) * 1e3, abs=2e-4)
+    assert before["dense_linear"] == after["dense_linear"] and before["overhead"] == after["overhead"]
+    assert what_if["params"]["collective_latency_s"] == 5e-6
+    assert fitted["accuracy"] is not None and what_if["accuracy"] is None
+    assert any("collective_latency_s" in n and "what-if" in n for n in what_if["notes"])
+    code, _, err = cli(capsys, "predict", "--set", "collective_latency_s=5")
+    assert code == 2 and "--set collective_latency_s must be between" in err

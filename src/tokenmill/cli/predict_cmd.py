@@ -106,6 +106,14 @@ def predict(
     slo_tpot_ms: Annotated[
         float | None, typer.Option("--slo-tpot-ms", help="Target: mean time per output token (marks the points).")
     ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="A what-if on the constants after the fitted ones: KEY=VALUE, e.g. collective_latency_s=5e-6 "
+            "for a build with faster all-reduces (repeatable; no error band then).",
+        ),
+    ] = None,
     exact: Annotated[
         bool,
         typer.Option(
@@ -132,6 +140,7 @@ def predict(
     from tokenmill.cli.deployments import Deployment, base_deployment, compared
     from tokenmill.perf.accuracy import band_for, model_key
     from tokenmill.perf.calibrated import load_table, shipped_path
+    from tokenmill.perf.params import override
     from tokenmill.perf.predict import predict as run
     from tokenmill.perf.predict import predict_disaggregated
     from tokenmill.perf.replay import check_concurrency
@@ -168,6 +177,10 @@ def predict(
         formats = [("", note) for _, note in formats[:1]]
     notes = [f"{name}: {note}" if name else note for name, note in formats] + list(notes)
     band, band_note, held_out = band_for(plan.gpu.name, b, params_file or shipped_path(), model=model_key(plan.model))
+    if set_:
+        params, changed = override(params, set_)
+        notes.append(f"constants set by --set, a what-if the fit did not make: {'; '.join(changed)}")
+        band, band_note = None, "no error band: it measures the fitted constants, and --set changed them"
 
     def point(
         at: Deployment, accept: float | None, level: int, waiting: Callable[[], AbstractContextManager[None]]

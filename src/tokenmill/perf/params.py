@@ -44,6 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from tokenmill.errors import TokenmillError
+
 
 @dataclass(frozen=True)
 class PerfParams:
@@ -199,3 +201,32 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "burst_jitter_steps": (0.01, 1000.0),
     "first_token_steps": (0.05, 12.0),
 }
+
+#: Fields without fitted bounds that are fractions (the rest of them must be ≥ 0).
+_UNIT_FIELDS = ("cpu_overlap", "padded_prefill")
+
+
+def override(params: PerfParams, items: list[str], flag: str = "--set") -> tuple[PerfParams, list[str]]:
+    """``params`` with each ``KEY=VALUE`` of ``items`` set: a what-if on the constants (a build with
+    faster all-reduces, a leaner scheduler) after the fitted ones are resolved. A key must be a
+    ``PerfParams`` field and a value a finite number inside the field's physical ``BOUNDS`` (a
+    fraction for ``cpu_overlap`` and ``padded_prefill``, ≥ 0 for the rest): a value in the wrong
+    unit (5 for 5 µs) is refused, not predicted. Returns the new constants and one line per change
+    (``collective_latency_s 1.87e-05 → 5e-06``)."""
+    names = [f.name for f in fields(PerfParams)]
+    changes: dict[str, float] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in names:
+            raise TokenmillError(f"{flag} takes KEY=VALUE with KEY one of {', '.join(names)} (got {item!r})")
+        try:
+            value = float(text)
+        except ValueError:
+            raise TokenmillError(f"{flag} {key}: {text!r} is not a number") from None
+        lo, hi = BOUNDS.get(key, (0.0, 1.0) if key in _UNIT_FIELDS else (0.0, float("inf")))
+        if not lo <= value <= hi or value != value or value == float("inf"):
+            raise TokenmillError(f"{flag} {key} must be between {lo:g} and {hi:g} (got {text.strip()})")
+        changes[key] = value
+    lines = [f"{k} {getattr(params, k):.4g} → {v:.4g}" for k, v in changes.items()]
+    return params.updated(**changes), lines
