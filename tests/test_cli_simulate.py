@@ -305,3 +305,42 @@ def test_the_backend_is_read_as_predict_reads_it(capsys: pytest.CaptureFixture[s
     assert mixed == lower
     code, _, err = cli(capsys, command, "--backend", "tgi", *work)
     assert (code, err.strip()) == (2, "error: --backend must be one of sglang|vllm|trtllm|tokenmill (got 'tgi')")
+
+
+def test_simulate_and_sweep_take_set_what_ifs(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--set`` changes a fitted constant for the run and says so: one 8B model on one H100 under
+    vLLM's constants, its kernels at half the engine's fitted speed (``compute_scale``), prefills
+    slower, so its first tokens come later; a constant outside its bounds is refused."""
+    run = (
+        "simulate",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "1",
+        "--workload",
+        "random",
+        "--isl",
+        "2000",
+        "--osl",
+        "50",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "8",
+        "--backend",
+        "vllm",
+        "--json",
+    )
+    code, out, _ = cli(capsys, *run)
+    assert code == 0
+    fitted = json.loads(out)
+    code, out, _ = cli(capsys, *run, "--set", "compute_scale=0.5")
+    assert code == 0
+    slower = json.loads(out)
+    assert slower["mean_ttft_ms"] > 1.3 * fitted["mean_ttft_ms"]
+    code, _, err = cli(capsys, *run[:-1], "--set", "compute_scale=0.5")  # a table says so (--json is quiet)
+    assert code == 0 and "constants set by --set" in err and "compute_scale" in err
+    code, _, err = cli(capsys, "sweep", "--set", "compute_scale=9")
+    assert code == 2 and "--set compute_scale must be between 0.3 and 3" in err

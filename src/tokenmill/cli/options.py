@@ -222,6 +222,14 @@ ModelOpt = Annotated[str, typer.Option("--model", help="Preset name, config.json
 GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU name from `tokenmill gpus`, or a .toml file.")]
 GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the deployment.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="A what-if on the cost model's constants after the fitted ones: KEY=VALUE, e.g. "
+        "collective_latency_s=5e-6 for a build with faster all-reduces (repeatable).",
+    ),
+]
 
 _LAYOUT: list[tuple[str, Any, Any]] = [
     ("tp", Annotated[int | None, typer.Option("--tp", help="Tensor parallel size (default: gpus / pp).")], None),

@@ -16,6 +16,7 @@ from tokenmill.cli.options import (
     GpusOpt,
     JsonOpt,
     ModelOpt,
+    SetOpt,
     build_plan,
     check_figures,
     parse_number_list,
@@ -106,14 +107,7 @@ def predict(
     slo_tpot_ms: Annotated[
         float | None, typer.Option("--slo-tpot-ms", help="Target: mean time per output token (marks the points).")
     ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            help="A what-if on the constants after the fitted ones: KEY=VALUE, e.g. collective_latency_s=5e-6 "
-            "for a build with faster all-reduces (repeatable; no error band then).",
-        ),
-    ] = None,
+    set_: SetOpt = None,
     exact: Annotated[
         bool,
         typer.Option(

@@ -13,6 +13,7 @@ from tokenmill.cli.options import (
     GpusOpt,
     JsonOpt,
     ModelOpt,
+    SetOpt,
     build_plan,
     check_distinct_outputs,
     check_figures,
@@ -85,16 +86,22 @@ PRIORS_NOTE = (
 )
 
 
-def _perf(gpu: str, backend: str | None) -> tuple[Any, list[str]]:
+def _perf(gpu: str, backend: str | None, set_: list[str] | None = None) -> tuple[Any, list[str]]:
     """The cost-model constants for ``--gpu``/``--backend`` and notes on where they came from (the
-    priors without ``--backend``, the historical default: ``PRIORS_NOTE``)."""
+    priors without ``--backend``, the historical default: ``PRIORS_NOTE``), with ``--set``'s
+    what-ifs applied on top."""
     from tokenmill.perf.calibrated import resolve_params
+    from tokenmill.perf.params import override
 
     name = None if backend is None else backend.strip().lower()  # as `predict` reads it
     if name is not None and name not in _BACKENDS:
         raise TokenmillError(f"--backend must be one of {'|'.join(_BACKENDS)} (got {backend!r})")
     params, notes = resolve_params(gpu, name)
-    return params, [PRIORS_NOTE if n.startswith("no --backend") else n for n in notes]
+    notes = [PRIORS_NOTE if n.startswith("no --backend") else n for n in notes]
+    if set_:
+        params, changed = override(params, set_)
+        notes.append(f"constants set by --set, a what-if the fit did not make: {'; '.join(changed)}")
+    return params, notes
 
 
 def _print_notes(notes: list[str]) -> None:
@@ -132,6 +139,7 @@ def simulate(
     mixed_chunk: Annotated[bool, typer.Option("--mixed-chunk", help="Run decodes inside prefill steps.")] = False,
     max_time: Annotated[float | None, typer.Option("--max-time", help="Stop the clock (simulated s).")] = None,
     backend: BackendOpt = None,
+    set_: SetOpt = None,
     slo_ttft_ms: TtftOpt = 2000.0,
     slo_tpot_ms: TpotOpt = 25.0,
     requests_out: Annotated[
@@ -158,7 +166,7 @@ def simulate(
     if max_time is not None and not 0 < max_time < math.inf:  # also refuses nan
         raise TokenmillError(f"--max-time must be a finite number of seconds > 0 (got {max_time})")
     slo = slo_from_flags(slo_ttft_ms, slo_tpot_ms)
-    perf, notes = _perf(gpu, backend)
+    perf, notes = _perf(gpu, backend, set_)
     options = SimOptions(
         chunk_tokens=chunk_tokens,
         accept_length=accept_length_for(plan, accept_length),
@@ -241,6 +249,7 @@ def sweep(
     ] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="Names of the layouts, in order.")] = None,
     backend: BackendOpt = None,
+    set_: SetOpt = None,
     slo_ttft_ms: TtftOpt = 2000.0,
     slo_tpot_ms: TpotOpt = 25.0,
     figure: Annotated[
@@ -267,7 +276,7 @@ def sweep(
     check_distinct_outputs([*(("--figure", p) for p in figures), *(("--latency-figure", p) for p in latency_figures)])
     base = build_plan(model, gpu, gpus, layout_flags or {})
     slo = slo_from_flags(slo_ttft_ms, slo_tpot_ms)
-    perf, notes = _perf(gpu, backend)
+    perf, notes = _perf(gpu, backend, set_)
     rate_list = parse_number_list(rates, "--rates", float)
     conc_list = parse_number_list(concurrencies, "--concurrencies", int)
     if not rate_list and not conc_list and not find_sustained:
