@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,13 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         code = int(exc.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    """The JSON a ``--json`` command printed; fails the test on a non-zero exit, showing stderr."""
+    code, out, err = cli(capsys, *argv)
+    assert code == 0, err
+    return json.loads(out)
 
 
 def answers_or_one_line(argv: list[str], prefix: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import cli
+from tests.cli_helpers import cli, cli_json
 
 FIXTURES = Path(__file__).parent / "workload" / "fixtures"
 BENCH_KEYS = {"completed", "duration", "request_throughput", "input_throughput", "output_throughput"} | {
@@ -333,12 +333,8 @@ def test_simulate_and_sweep_take_set_what_ifs(capsys: pytest.CaptureFixture[str]
         "vllm",
         "--json",
     )
-    code, out, _ = cli(capsys, *run)
-    assert code == 0
-    fitted = json.loads(out)
-    code, out, _ = cli(capsys, *run, "--set", "compute_scale=0.5")
-    assert code == 0
-    slower = json.loads(out)
+    fitted = cli_json(capsys, *run)
+    slower = cli_json(capsys, *run, "--set", "compute_scale=0.5")
     assert slower["mean_ttft_ms"] > 1.3 * fitted["mean_ttft_ms"]
     code, _, err = cli(capsys, *run[:-1], "--set", "compute_scale=0.5")  # a table says so (--json is quiet)
     assert code == 0 and "constants set by --set" in err and "compute_scale" in err

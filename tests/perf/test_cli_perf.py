@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import cli, modules_after
+from tests.cli_helpers import cli, cli_json, modules_after
 from tokenmill.perf.accuracy import AccuracyTable, fingerprint, load_accuracy, model_key, shipped_accuracy_path
 from tokenmill.perf.calibrated import shipped_path
 from tokenmill.spec import load_model
@@ -1244,12 +1244,8 @@ def test_predict_set_is_a_what_if_on_the_fitted_constants(capsys: pytest.Capture
     layers, so its collectives lose 186 × (fitted latency − 5 µs) and nothing else moves; the
     error band, which measures the fitted constants, is not shown, and a note says what changed."""
     point = ("predict", "--isl", "8400", "--osl", "512", "--concurrency", "1", "--json")
-    code, out, _ = cli(capsys, *point)
-    assert code == 0
-    fitted = json.loads(out)
-    code, out, _ = cli(capsys, *point, "--set", "collective_latency_s=5e-6")
-    assert code == 0
-    what_if = json.loads(out)
+    fitted = cli_json(capsys, *point)
+    what_if = cli_json(capsys, *point, "--set", "collective_latency_s=5e-6")
     latency = fitted["params"]["collective_latency_s"]
     before, after = fitted["decode_step"]["breakdown_ms"], what_if["decode_step"]["breakdown_ms"]
     assert before["collectives"] - after["collectives"] == pytest.approx(186 * (latency - 5e-6) * 1e3, abs=2e-4)

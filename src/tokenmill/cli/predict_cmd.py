@@ -363,31 +363,26 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
         )
     step = out["decode_step"]
     noun = "request" if step["batch"] == 1 else "requests"
-    d = Table(title=f"one decode step: {step['batch']} {noun} at {step['context']:,} tokens", show_edge=False)
-    d.add_column("component")
-    d.add_column("ms", justify="right")
-    for k, v in step["breakdown_ms"].items():
-        if v:
-            d.add_row(k, f"{v:.3f}")
-    d.add_row("total", f"{step['ms']:.3f}")
-    print_table(console, d)
-    if out.get("prefill_step"):
-        print_table(console, _prefill_table(out["prefill_step"], out["isl"]))
+    print_table(console, _step_table(f"one decode step: {step['batch']} {noun} at {step['context']:,} tokens", step))
+    pre = out.get("prefill_step")
+    if pre:
+        if pre["chunks"] == 1:
+            title = f"one prefill step: one prompt's {pre['tokens']:,} tokens alone"
+        else:
+            title = (
+                f"one prefill step: the first {pre['tokens']:,} of one prompt's {out['isl']:,} tokens alone "
+                f"(chunk 1 of {pre['chunks']})"
+            )
+        print_table(console, _step_table(title, pre))
     for note in out["notes"]:
         console.print(f"note: {note}")
 
 
-def _prefill_table(step: dict[str, Any], isl: int) -> Any:
-    """One prompt's first prefill chunk alone, by component (``Prediction.prefill_step``)."""
+def _step_table(title: str, step: dict[str, Any]) -> Any:
+    """One step's milliseconds by component (``decode_step`` or ``prefill_step`` of ``--json``), the
+    components it does not use left out."""
     from rich.table import Table
 
-    if step["chunks"] == 1:
-        title = f"one prefill step: one prompt's {step['tokens']:,} tokens alone"
-    else:
-        title = (
-            f"one prefill step: the first {step['tokens']:,} of one prompt's {isl:,} tokens alone "
-            f"(chunk 1 of {step['chunks']})"
-        )
     t = Table(title=title, show_edge=False)
     t.add_column("component")
     t.add_column("ms", justify="right")
