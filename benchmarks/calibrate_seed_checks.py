@@ -1,11 +1,15 @@
 """Kimi-K3 on 8×B300 (seed 000 §2.3) against tokenmill's calibrated performance model.
 
-Run: ``.venv/bin/python benchmarks/calibrate_seed_checks.py [--params FILE] [--json]``
+Run: ``.venv/bin/python benchmarks/calibrate_seed_checks.py [--params FILE] [--set KEY=VALUE]… [--json]``
 
 Every number comes from ``tokenmill.perf.seed_checks`` (the simulator, ``tokenmill.sim.simulate``,
 or the closed-loop replay of ``tokenmill predict``), with the calibrated constants of B300 under
 SGLang (the seed's engine); ``tests/perf/test_seed_checks.py`` pins the same figures. K3 is not in
 the calibration data: these are predictions for a model the fit never saw.
+
+``--set KEY=VALUE`` (repeatable, as in ``tokenmill predict``) runs the same checks on the fitted
+constants with some changed: a what-if for a build the fit did not see (docs/perf.md §6: the seed's
+fused all-reduces, ``--set collective_latency_s=5e-6 --set overhead_scale=1``), not a prediction.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import argparse
 import json
 import time
 
+from tokenmill.errors import TokenmillError
 from tokenmill.perf.calibrated import load_table
+from tokenmill.perf.params import override
 from tokenmill.perf.seed_checks import SeedCheck, k3_b300_seed_checks
 
 
@@ -29,9 +35,16 @@ def main() -> None:
     ap.add_argument("--params", default=None)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--gpu-constants", default="b300", help="whose fitted GPU constants to use (diagnostic)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a what-if on a constant")
     args = ap.parse_args()
     t0 = time.perf_counter()
     params, notes = load_table(args.params).resolve(args.gpu_constants, "sglang")
+    if args.set:
+        try:
+            params, changed = override(params, args.set)
+        except TokenmillError as exc:
+            ap.error(str(exc))
+        notes = [*notes, f"constants set by --set, a what-if the fit did not make: {'; '.join(changed)}"]
     report = k3_b300_seed_checks(params)
     rows = [
         {
