@@ -7,7 +7,7 @@ Run: ``.venv/bin/python benchmarks/k3_step_breakdown.py [--set KEY=VALUE]… [--
 The seed's three recipes (``perf.seed_checks.RECIPES``: TP8, TP8 × DCP8, DCP8 with the DSPARK
 drafter) each predicted for one request of 8,400 prompt and 512 output tokens
 (``perf.predict.predict``): its decode step (per verify pass for the drafter) and one prompt's
-prefill step (``Prediction.prefill_step``), on B300's fitted SGLang constants and on the same with
+prefill, one step here (``Prediction.prefill``), on B300's fitted SGLang constants and on the same with
 ``--set`` applied (default: all-reduces of 5 µs and launch gaps at the bare fitted per-layer costs,
 ``collective_latency_s=5e-6`` and ``overhead_scale=1``, the what-if of docs/perf.md §6). The
 seed's published time per output token is marked on the decode bars (× the drafter's accept
@@ -53,9 +53,9 @@ def main() -> None:
         plan = plan_memory(k3, b300, 8, layout)
         for name, params in (("fitted", fitted), ("what-if", what_if)):
             p = predict(plan, "sglang", 8400, 512, 1, params)
-            assert p.prefill_step is not None
+            assert p.prefill is not None
             step_ms = {k: v * 1e3 for k, v in p.decode_step["breakdown"].items()}
-            pre_ms = {k: v * 1e3 for k, v in p.prefill_step["breakdown"].items()}
+            pre_ms = {k: v * 1e3 for k, v in p.prefill["breakdown"].items()}
             label = f"{LABELS[key]}, {name}"
             decode.append(StepBar(label, step_ms, PUBLISHED_TPOT_MS[key] * ACCEPT[key]))
             prefill.append(StepBar(label, pre_ms, PUBLISHED_TTFT_MS))

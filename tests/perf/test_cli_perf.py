@@ -235,8 +235,8 @@ def test_predict_json(capsys: pytest.CaptureFixture[str]) -> None:
         "collectives",
     }
     assert d["backend"] == "sglang" and d["layout"]["tp"] == 8
-    # one prompt's first chunk alone: SGLang's budget on a B300 (288 GB) is 16,384 tokens a step
-    pre = d["prefill_step"]
+    # one prompt's prefill alone: SGLang's budget on a B300 (288 GB) is 16,384 tokens a step
+    pre = d["prefill"]
     assert (pre["tokens"], pre["chunks"]) == (8400, 1)
     assert sum(pre["breakdown_ms"].values()) == pytest.approx(pre["ms"], abs=1e-3)
     assert pre["breakdown_ms"]["prefill_attention"] > 0 == pre["breakdown_ms"]["decode_attention"]
@@ -355,7 +355,7 @@ def test_predict_table_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0 and "tpot_ms" in out and "one decode step" in out
     assert "in steps shared with other requests' prompts" in " ".join(out.split())
     # vLLM's prefill budget is 8,192 tokens a step: a 1,000-token prompt is one chunk
-    assert "one prefill step: one prompt's 1,000 tokens alone" in out
+    assert "one prompt's prefill alone: 1,000 tokens in one step" in out
     one = ("predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--concurrency", "1")
     code, out, _ = cli(capsys, *one)
     assert code == 0 and "one decode step: 1 request at" in out

@@ -137,16 +137,17 @@ def test_a_request_longer_than_the_context_is_predicted_with_a_note() -> None:
 
 
 @pytest.mark.parametrize("backend", ["sglang", "vllm", "trtllm"])
-def test_a_lone_prompt_spends_its_prefill_step_from_admission_to_first_token(backend: str) -> None:
-    """One lane, one 2,000-token prompt: the replay's admission-to-first-token (the simulator's
-    clock) is the one prefill step the breakdown costs directly (the cost model), and the step's
-    parts add up to it."""
-    p = predict(PLAN, backend, 2000, 200, 1, PARAMS)
-    assert p.prefill_step is not None
-    assert (p.prefill_step["tokens"], p.prefill_step["chunks"]) == (2000, 1)
-    assert p.ttft_split_ms["prefill"] == pytest.approx(p.prefill_step["seconds"] * 1e3, rel=0.01)
-    assert sum(p.prefill_step["breakdown"].values()) == pytest.approx(p.prefill_step["seconds"])
-    assert p.prefill_step["breakdown"]["collectives"] == 0  # one GPU
+@pytest.mark.parametrize(("isl", "chunks"), [(2000, 1), (20_000, 3)])  # 3 steps of at most 8,192 on an H100
+def test_a_lone_prompt_spends_its_prefill_from_admission_to_first_token(backend: str, isl: int, chunks: int) -> None:
+    """One lane, one prompt: the replay's admission-to-first-token (the simulator's clock) is the
+    prefill the breakdown costs directly (the cost model, chunk after chunk over the growing
+    context), and its parts add up to it."""
+    p = predict(PLAN, backend, isl, 50, 1, PARAMS)
+    assert p.prefill is not None
+    assert (p.prefill["tokens"], p.prefill["chunks"]) == (isl, chunks)
+    assert p.ttft_split_ms["prefill"] == pytest.approx(p.prefill["seconds"] * 1e3, rel=0.01)
+    assert sum(p.prefill["breakdown"].values()) == pytest.approx(p.prefill["seconds"])
+    assert p.prefill["breakdown"]["collectives"] == 0  # one GPU
 
 
 @pytest.mark.parametrize(
@@ -158,29 +159,39 @@ def test_a_lone_prompt_spends_its_prefill_step_from_admission_to_first_token(bac
         ("b200", "trtllm", 8192),  # TRT-LLM's max_num_tokens
     ],
 )
-def test_a_long_prompts_prefill_step_is_one_chunk_of_the_engines_budget(gpu: str, backend: str, budget: int) -> None:
+def test_a_long_prompt_takes_a_step_per_budget_of_the_engines(gpu: str, backend: str, budget: int) -> None:
     plan = plan_memory(load_model("llama-3.1-8b"), load_gpu(gpu), 1, Layout(tp=1))
-    step = prefill_breakdown(plan, PARAMS, backend, 40_000)
-    assert step["tokens"] == budget
-    assert step["chunks"] == -(-40_000 // budget)  # 5 chunks of 8,192, or 3 of 16,384
+    pre = prefill_breakdown(plan, PARAMS, backend, 40_000)
+    assert pre["tokens"] == 40_000
+    assert pre["chunks"] == -(-40_000 // budget)  # 5 steps of 8,192, or 3 of 16,384
 
 
-def test_prefill_gemms_grow_with_the_chunk_and_the_fixed_costs_do_not() -> None:
-    """A compute-bound prefill: Llama-3.1-8B's 4,096-token chunk is 65 TFLOP of GEMMs against 16 GB
+def test_prefill_gemms_grow_with_the_prompt_and_its_attention_faster() -> None:
+    """A compute-bound prefill: Llama-3.1-8B's 4,096-token prompt is 65 TFLOP of GEMMs against 16 GB
     of weights (an H100 streams them in 5 ms and needs ~80 ms for the FLOPs), so twice the tokens
-    is twice the GEMM time, while the per-step and per-layer overheads stay."""
+    is twice the GEMM time in one step, while the step's fixed overheads stay; attention over the
+    prompt grows with its square."""
     small = prefill_breakdown(PLAN, PARAMS, "sglang", 4096)["breakdown"]
     large = prefill_breakdown(PLAN, PARAMS, "sglang", 8192)["breakdown"]
     assert large["dense_linear"] / small["dense_linear"] == pytest.approx(2.0, rel=0.03)
     assert large["overhead"] == pytest.approx(small["overhead"])
-    assert large["prefill_attention"] > 2 * small["prefill_attention"]  # quadratic in the chunk
+    assert large["prefill_attention"] > 2 * small["prefill_attention"]
 
 
-def test_disaggregated_prefill_step_is_the_prefill_workers() -> None:
-    """The prefill step is costed on the prefill worker's layout, not the decode worker's: one GPU
-    (no all-reduce) prefilling for a TP2 decode worker."""
+def test_a_long_prompts_later_chunks_pay_attention_over_the_earlier_ones() -> None:
+    """16,384 tokens in two steps of 8,192: the second attends over the first's 8,192 too, so the
+    prompt's attention is more than twice one step's; its GEMMs are exactly twice."""
+    one = prefill_breakdown(PLAN, PARAMS, "sglang", 8192)["breakdown"]
+    two = prefill_breakdown(PLAN, PARAMS, "sglang", 16384)["breakdown"]
+    assert two["dense_linear"] == pytest.approx(2 * one["dense_linear"])
+    assert two["prefill_attention"] > 2.5 * one["prefill_attention"]
+
+
+def test_disaggregated_prefill_is_the_prefill_workers() -> None:
+    """The prefill is costed on the prefill worker's layout, not the decode worker's: one GPU (no
+    all-reduce) prefilling for a TP2 decode worker."""
     decode = plan_memory(load_model("llama-3.1-8b"), load_gpu("h100"), 2, Layout(tp=2))
     dis = predict_disaggregated(PLAN, decode, 1, 1, "sglang", 2000, 64, 1, PARAMS)
-    assert dis.prefill_step is not None and dis.prefill_step["breakdown"]["collectives"] == 0
+    assert dis.prefill is not None and dis.prefill["breakdown"]["collectives"] == 0
     assert dis.decode_step["breakdown"]["collectives"] > 0
-    assert dis.prefill_step == prefill_breakdown(PLAN, PARAMS, "sglang", 2000)
+    assert dis.prefill == prefill_breakdown(PLAN, PARAMS, "sglang", 2000)

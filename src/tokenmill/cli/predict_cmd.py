@@ -364,23 +364,17 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
     step = out["decode_step"]
     noun = "request" if step["batch"] == 1 else "requests"
     print_table(console, _step_table(f"one decode step: {step['batch']} {noun} at {step['context']:,} tokens", step))
-    pre = out.get("prefill_step")
+    pre = out.get("prefill")
     if pre:
-        if pre["chunks"] == 1:
-            title = f"one prefill step: one prompt's {pre['tokens']:,} tokens alone"
-        else:
-            title = (
-                f"one prefill step: the first {pre['tokens']:,} of one prompt's {out['isl']:,} tokens alone "
-                f"(chunk 1 of {pre['chunks']})"
-            )
-        print_table(console, _step_table(title, pre))
+        steps = "one step" if pre["chunks"] == 1 else f"{pre['chunks']} steps"
+        print_table(console, _step_table(f"one prompt's prefill alone: {pre['tokens']:,} tokens in {steps}", pre))
     for note in out["notes"]:
         console.print(f"note: {note}")
 
 
 def _step_table(title: str, step: dict[str, Any]) -> Any:
-    """One step's milliseconds by component (``decode_step`` or ``prefill_step`` of ``--json``), the
-    components it does not use left out."""
+    """Milliseconds by component (``decode_step`` or ``prefill`` of ``--json``), the components
+    not used left out."""
     from rich.table import Table
 
     t = Table(title=title, show_edge=False)

@@ -23,11 +23,11 @@ other requests' prompts (prefill steps, or prefill chunks riding in its decode s
 part is what a disaggregated decode worker does not pay, and in the calibration file it is where
 the engines differ most from the model (docs/perf.md §4, "Where the TPOT error lives").
 
-``prefill_step`` is the other half of the picture: one prefill step that computes one prompt's
-first chunk alone (the engine's prefill budget per step, or the whole prompt if shorter), by
-component, on the prefill worker's layout. It is what a prompt that does not queue pays per chunk
-between admission and its first token, and where a layout's prefill time goes (GEMMs, experts,
-attention, all-reduces) when choosing how to cut a model for its prompts.
+``prefill`` is the other half of the picture: one prompt's prefill alone, its chunks (the
+engine's prefill budget per step) one after another over the growing context, by component, on
+the prefill worker's layout. It is what a prompt that does not queue pays between admission and
+its first token, and where a layout's prefill time goes (GEMMs, experts, attention over the
+context, all-reduces) when choosing how to cut a model for its prompts.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from tokenmill.perf.batch import BatchShape, DecodeWork, PrefillWork
 from tokenmill.perf.params import PerfParams
 from tokenmill.perf.replay import ReplayResult, check_concurrency, engine_policy, replay_aggregated
 from tokenmill.perf.replay_disaggregated import decode_capacity, replay_disaggregated
-from tokenmill.perf.roofline import CostModel
+from tokenmill.perf.roofline import STEP_KEYS, CostModel
 from tokenmill.plan.memory_plan import MemoryPlan, layout_dict
 
 
@@ -73,7 +73,7 @@ class Prediction:
     ttft_regimes_ms: dict[str, float] = field(default_factory=dict)  # ReplayResult.ttft_regimes, in ms
     lock_step_weight: float = 0.0  # ReplayResult.lock_step: the lock-step regime's weight in ttft_ms
     wave_prompt_steps: float = 0.0  # ReplayResult.prompt_steps
-    prefill_step: dict[str, Any] | None = None  # prefill_breakdown: one prompt's first chunk alone
+    prefill: dict[str, Any] | None = None  # prefill_breakdown: one prompt's prefill alone, all its chunks
 
     @property
     def behind_prompts_ms(self) -> float:
@@ -115,13 +115,13 @@ class Prediction:
                 "ms": round(self.decode_step["seconds"] * 1e3, 4),
                 "breakdown_ms": {k: round(v * 1e3, 4) for k, v in self.decode_step["breakdown"].items()},
             },
-            "prefill_step": None
-            if self.prefill_step is None
+            "prefill": None
+            if self.prefill is None
             else {
-                "tokens": self.prefill_step["tokens"],
-                "chunks": self.prefill_step["chunks"],
-                "ms": round(self.prefill_step["seconds"] * 1e3, 4),
-                "breakdown_ms": {k: round(v * 1e3, 4) for k, v in self.prefill_step["breakdown"].items()},
+                "tokens": self.prefill["tokens"],
+                "chunks": self.prefill["chunks"],
+                "ms": round(self.prefill["seconds"] * 1e3, 4),
+                "breakdown_ms": {k: round(v * 1e3, 4) for k, v in self.prefill["breakdown"].items()},
             },
             "disaggregated": self.disaggregated,
             "params": self.params,
@@ -232,7 +232,7 @@ def _prediction(
         ttft_regimes_ms={k: v * 1e3 for k, v in res.ttft_regimes.items()},
         lock_step_weight=res.lock_step,
         wave_prompt_steps=res.prompt_steps,
-        prefill_step=prefill_breakdown(plan, params, backend, isl),
+        prefill=prefill_breakdown(plan, params, backend, isl),
     )
 
 
@@ -309,16 +309,23 @@ def predict_disaggregated(
 
 
 def prefill_breakdown(plan: MemoryPlan, params: PerfParams, backend: str, isl: int) -> dict[str, Any]:
-    """Seconds by component of one prefill step computing one ``isl``-token prompt's first chunk
-    alone, with nothing cached: ``min(isl, chunk)`` tokens, ``chunk`` the engine's prefill budget
-    per step (``replay.engine_policy``: SGLang 16,384 tokens on GPUs sold with 160 GB or more, else
-    8,192; vLLM and TRT-LLM 8,192); ``chunks`` is how many such steps the whole prompt takes."""
+    """Seconds by component of one ``isl``-token prompt's prefill alone, nothing cached: its chunks
+    of the engine's prefill budget per step (``replay.engine_policy``: SGLang 16,384 tokens on GPUs
+    sold with 160 GB or more, else 8,192; vLLM and TRT-LLM 8,192), each over the context the
+    chunks before it left, summed; ``chunks`` is how many steps that takes."""
     chunk = engine_policy(backend, plan.gpu, plan.layout).chunk_tokens
-    tokens = min(isl, chunk)
     cost = CostModel(plan.model, plan.gpu, plan.layout, params)
-    step = cost.step_time(BatchShape(prefill=(PrefillWork(tokens, 0, last_chunk=tokens == isl),)))
-    chunks = -(-isl // chunk)
-    return {"tokens": tokens, "chunks": chunks, "seconds": step.seconds, "breakdown": step.breakdown}
+    breakdown = dict.fromkeys(STEP_KEYS, 0.0)
+    seconds, done, chunks = 0.0, 0, 0
+    while done < isl:
+        new = min(chunk, isl - done)
+        step = cost.step_time(BatchShape(prefill=(PrefillWork(new, done, last_chunk=done + new == isl),)))
+        seconds += step.seconds
+        for k, v in step.breakdown.items():
+            breakdown[k] = breakdown.get(k, 0.0) + v
+        done += new
+        chunks += 1
+    return {"tokens": isl, "chunks": chunks, "seconds": seconds, "breakdown": breakdown}
 
 
 def decode_breakdown(plan: MemoryPlan, params: PerfParams, batch: float, context: float) -> dict[str, Any]:

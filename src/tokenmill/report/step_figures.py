@@ -1,6 +1,6 @@
 """Figure of engine steps by component: where a decode step's and a prompt's milliseconds go.
 
-One horizontal stacked bar per step (``predict --json``'s ``decode_step`` or ``prefill_step``),
+One horizontal stacked bar per step (``predict --json``'s ``decode_step``, or ``prefill``: a prompt's steps),
 one colour per component (``roofline.STEP_KEYS``, the same colour in every bar), the step's total
 at the bar's end, and where a published figure exists a black tick at it. Steps that share a
 panel share its axis, so a layout against another, or the fitted constants against a what-if
