@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "k3-b300-steps")
     args = ap.parse_args()
     fitted, _ = load_table().resolve("b300", "sglang")
-    what_if, changed = override(fitted, args.set or WHAT_IF)
+    what_if, note = override(fitted, args.set or WHAT_IF)
     k3, b300 = load_model("kimi-k3"), load_gpu("b300")
     decode: list[StepBar] = []
     prefill: list[StepBar] = []
@@ -67,7 +67,7 @@ def main() -> None:
             ("one prefill step, 8,400 tokens\n(published: the first token, everything included)", prefill),
         ],
         out,
-        title=f"Kimi-K3 on 8×B300 under SGLang's fitted constants, and a what-if: {'; '.join(changed)}",
+        title=f"Kimi-K3 on 8×B300 under SGLang's fitted constants, and a what-if: {note.split(': ', 1)[1]}",
     )
     print(f"wrote {out[0]} and {out[1]}")
 

@@ -170,11 +170,15 @@ def predict(
     if len({dep.plan.model.requantized for dep in named}) == 1:
         formats = [("", note) for _, note in formats[:1]]
     notes = [f"{name}: {note}" if name else note for name, note in formats] + list(notes)
-    band, band_note, held_out = band_for(plan.gpu.name, b, params_file or shipped_path(), model=model_key(plan.model))
-    if set_:
-        params, changed = override(params, set_)
-        notes.append(f"constants set by --set, a what-if the fit did not make: {'; '.join(changed)}")
-        band, band_note = None, "no error band: it measures the fitted constants, and --set changed them"
+    if set_:  # the error band measures the fitted constants: none for a what-if
+        params, note = override(params, set_)
+        notes.append(note)
+        band, held_out = None, None
+        band_note = "no error band: it measures the fitted constants, and --set changed them"
+    else:
+        band, band_note, held_out = band_for(
+            plan.gpu.name, b, params_file or shipped_path(), model=model_key(plan.model)
+        )
 
     def point(
         at: Deployment, accept: float | None, level: int, waiting: Callable[[], AbstractContextManager[None]]

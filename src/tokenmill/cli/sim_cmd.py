@@ -99,8 +99,8 @@ def _perf(gpu: str, backend: str | None, set_: list[str] | None = None) -> tuple
     params, notes = resolve_params(gpu, name)
     notes = [PRIORS_NOTE if n.startswith("no --backend") else n for n in notes]
     if set_:
-        params, changed = override(params, set_)
-        notes.append(f"constants set by --set, a what-if the fit did not make: {'; '.join(changed)}")
+        params, note = override(params, set_)
+        notes.append(note)
     return params, notes
 
 

@@ -41,6 +41,7 @@ Groups of fields:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -206,13 +207,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
 _UNIT_FIELDS = ("cpu_overlap", "padded_prefill")
 
 
-def override(params: PerfParams, items: list[str], flag: str = "--set") -> tuple[PerfParams, list[str]]:
+def override(params: PerfParams, items: list[str], flag: str = "--set") -> tuple[PerfParams, str]:
     """``params`` with each ``KEY=VALUE`` of ``items`` set: a what-if on the constants (a build with
     faster all-reduces, a leaner scheduler) after the fitted ones are resolved. A key must be a
     ``PerfParams`` field and a value a finite number inside the field's physical ``BOUNDS`` (a
     fraction for ``cpu_overlap`` and ``padded_prefill``, ≥ 0 for the rest): a value in the wrong
-    unit (5 for 5 µs) is refused, not predicted. Returns the new constants and one line per change
-    (``collective_latency_s 1.87e-05 → 5e-06``)."""
+    unit (5 for 5 µs) is refused, not predicted. Returns the new constants and the note that says
+    so, each change in it (``… collective_latency_s 1.87e-05 → 5e-06``)."""
     names = [f.name for f in fields(PerfParams)]
     changes: dict[str, float] = {}
     for item in items:
@@ -225,8 +226,8 @@ def override(params: PerfParams, items: list[str], flag: str = "--set") -> tuple
         except ValueError:
             raise TokenmillError(f"{flag} {key}: {text!r} is not a number") from None
         lo, hi = BOUNDS.get(key, (0.0, 1.0) if key in _UNIT_FIELDS else (0.0, float("inf")))
-        if not lo <= value <= hi or value != value or value == float("inf"):
+        if not (math.isfinite(value) and lo <= value <= hi):
             raise TokenmillError(f"{flag} {key} must be between {lo:g} and {hi:g} (got {text.strip()})")
         changes[key] = value
     lines = [f"{k} {getattr(params, k):.4g} → {v:.4g}" for k, v in changes.items()]
-    return params.updated(**changes), lines
+    return params.updated(**changes), f"constants set by {flag}, a what-if the fit did not make: {'; '.join(lines)}"
