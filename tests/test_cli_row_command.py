@@ -10,6 +10,7 @@ import csv
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -240,6 +241,13 @@ def _row_cli(capsys: pytest.CaptureFixture[str], measurements: Path, *args: str)
     return cli(capsys, "calibrate", "row", "--measurements", str(measurements), "--models-dir", str(MODELS), *args)
 
 
+def _row_rows(capsys: pytest.CaptureFixture[str], measurements: Path, *ids: str) -> list[dict[str, Any]]:
+    """``calibrate row --json``'s rows."""
+    args = ("calibrate", "row", "--measurements", str(measurements), "--models-dir", str(MODELS), *ids, "--json")
+    rows: list[dict[str, Any]] = cli_json(capsys, *args)["rows"]
+    return rows
+
+
 def test_calibrate_row_prints_measured_predicted_and_the_command(
     measurements: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -258,18 +266,7 @@ def test_calibrate_row_prints_measured_predicted_and_the_command(
 def test_calibrate_row_json_gives_a_command_that_reproduces_the_prediction(
     measurements: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    got = cli_json(
-        capsys,
-        "calibrate",
-        "row",
-        "--measurements",
-        str(measurements),
-        "--models-dir",
-        str(MODELS),
-        "llama_h100_c4",
-        "--json",
-    )
-    (item,) = got["rows"]
+    (item,) = _row_rows(capsys, measurements, "llama_h100_c4")
     assert item["id"] == "llama_h100_c4" and item["concurrency"] == 4 and item["measured_ttft_ms"] == 60
     argv = shlex.split(item["predict_command"])
     assert argv == item["predict_argv"] and argv[:2] == ["tokenmill", "predict"]
@@ -282,19 +279,8 @@ def test_calibrate_row_json_gives_a_command_that_reproduces_the_prediction(
 def test_calibrate_row_takes_patterns_in_the_files_order_each_row_once(
     measurements: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    got = cli_json(
-        capsys,
-        "calibrate",
-        "row",
-        "--measurements",
-        str(measurements),
-        "--models-dir",
-        str(MODELS),
-        "llama_h100_c4",
-        "llama_*",
-        "--json",
-    )
-    assert [r["id"] for r in got["rows"]] == ["llama_h100_c8", "llama_h100_c4"]
+    rows = _row_rows(capsys, measurements, "llama_h100_c4", "llama_*")
+    assert [r["id"] for r in rows] == ["llama_h100_c8", "llama_h100_c4"]
 
 
 @pytest.mark.parametrize(
@@ -333,10 +319,7 @@ def test_calibrate_row_needs_a_models_dir(
 def test_calibrate_row_predicts_a_file_without_measurements(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cells = {k: v for k, v in row(id="planned").items() if not k.startswith("silicon_ttft") and k != "silicon_tpot_ms"}
     plain = _write(tmp_path / "plain.csv", [cells])
-    got = cli_json(
-        capsys, "calibrate", "row", "--measurements", str(plain), "--models-dir", str(MODELS), "planned", "--json"
-    )
-    (item,) = got["rows"]
+    (item,) = _row_rows(capsys, plain, "planned")
     assert item["measured_ttft_ms"] is None and item["ttft_error"] is None and item["predicted_ttft_ms"] > 0
     code, out, err = _row_cli(capsys, plain, "planned")
     assert code == 0, err
