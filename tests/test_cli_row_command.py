@@ -325,3 +325,19 @@ def test_calibrate_row_predicts_a_file_without_measurements(tmp_path: Path, caps
     assert code == 0, err
     ttft_line = next(line for line in out.splitlines() if line.strip().startswith("TTFT ms"))
     assert ttft_line.split("│")[1].strip() == "—" and ttft_line.split("│")[3].strip() == "—"
+
+
+def test_calibrate_row_with_set_predicts_the_what_if_and_its_command_carries_it(
+    measurements: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (fitted,) = _row_rows(capsys, measurements, "llama_h100_c8")
+    (slow,) = _row_rows(capsys, measurements, "llama_h100_c8", "--set", "compute_scale=0.5")
+    assert slow["predicted_ttft_ms"] > fitted["predicted_ttft_ms"]
+    params, _ = load_table().resolve("h100", "vllm")
+    assert f"compute_scale {params.compute_scale:.4g} → 0.5" in " ".join(slow["notes"])
+    argv = slow["predict_argv"]
+    assert argv[-2:] == ["--set", "compute_scale=0.5"]
+    again = cli_json(capsys, *argv[1:], "--json")
+    assert again["ttft_ms"] == pytest.approx(slow["predicted_ttft_ms"], rel=1e-4)
+    code, out, err = _row_cli(capsys, measurements, "llama_h100_c8", "--set", "compute_scale=5")
+    assert code == 2 and out == "" and err == "error: --set compute_scale must be between 0.3 and 3 (got 5)\n"

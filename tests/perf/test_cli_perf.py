@@ -6,6 +6,7 @@ import csv
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -562,6 +563,63 @@ def test_evaluate_predicts_scores_and_skips_with_reasons(tmp_path: Path, capsys:
         lock, drift = float(preds[ok]["predicted_ttft_lock_step_ms"]), float(preds[ok]["predicted_ttft_drifted_ms"])
         assert 0 <= queued <= ttft
         assert min(lock, drift) - 1e-3 <= ttft <= max(lock, drift) + 1e-3
+
+
+def test_evaluate_with_set_predicts_every_row_on_the_what_if(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # twice the rows, so that --jobs 2 runs worker processes (fewer than 8 rows run in this one)
+    rows = ROWS + [{**r, "id": r["id"] + "_again"} for r in ROWS]
+    meas = write(tmp_path / "m.csv", rows, COLUMNS)
+    base = ["calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS, "--json"]
+
+    def run(out: str, *extra: str) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+        result = cli_json(capsys, *base, "--out", str(tmp_path / out), *extra)
+        return result, {r["id"]: r for r in csv.DictReader((tmp_path / out).open())}
+
+    fitted, before = run("fitted.csv")
+    result, after = run("slow.csv", "--set", "compute_scale=0.5")
+    _, after_2 = run("slow2.csv", "--set", "compute_scale=0.5", "--jobs", "2")
+    assert fitted["set"] == [] and result["set"] == ["compute_scale=0.5"]
+    assert after == after_2  # the worker processes get the what-if too
+    for ok in ("llama8", "oss", "pd"):  # kernels at half the fitted rate: every first token later
+        assert float(after[ok]["predicted_ttft_ms"]) > float(before[ok]["predicted_ttft_ms"])
+        assert "compute_scale" in after[ok]["notes"] and "compute_scale" not in before[ok]["notes"]
+    # the same row as its predict command (tokenmill calibrate row's) with the --set: the same answer
+    from tokenmill.cli.row_command import predict_argv
+    from tokenmill.perf.measurements import RowSpec, interpret
+
+    spec = interpret(next(r for r in ROWS if r["id"] == "llama8"), MODELS)
+    assert isinstance(spec, RowSpec)
+    got = cli_json(capsys, *predict_argv(spec, ["compute_scale=0.5"]), "--json")
+    assert got["ttft_ms"] == pytest.approx(float(after["llama8"]["predicted_ttft_ms"]), rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--set", "bogus=1"), "error: --set takes KEY=VALUE with KEY one of matmul_efficiency"),
+        (("--set", "burst_share=2"), "error: --set burst_share must be between 0.02 and 1 (got 2)"),
+        (
+            ("--set", "compute_scale=0.5", "--accuracy-out", "acc.json"),
+            "error: --accuracy-out: the error bands measure the fitted constants, and --set changes them",
+        ),
+    ],
+)
+def test_evaluate_refuses_a_bad_what_if_before_it_writes(
+    extra: tuple[str, ...],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(
+        capsys, "calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS, "--out", "p.csv", *extra
+    )
+    assert code == 2 and out == "" and err.startswith(message), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.csv"]
 
 
 def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

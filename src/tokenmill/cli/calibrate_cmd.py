@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tokenmill.cli.options import JsonOpt, check_distinct_outputs, check_figures, check_output
+from tokenmill.cli.options import JsonOpt, SetOpt, check_distinct_outputs, check_figures, check_output
 from tokenmill.cli.predict_cmd import ParamsOpt
 from tokenmill.cli.terminal_progress import progress
 from tokenmill.errors import TokenmillError
@@ -30,6 +30,17 @@ calibrate_app = typer.Typer(
 
 #: PRED.csv's columns beyond the issue's three: where the predicted TTFT goes (``evaluate``).
 PRED_EXTRA_COLUMNS = ("predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
+
+
+def checked_overrides(items: list[str] | None) -> tuple[str, ...]:
+    """``--set`` items, each checked (a field of the constants, a value inside its bounds) before
+    any row is replayed, so that a typo is one error and not a reason on every row."""
+    from tokenmill.perf.params import PerfParams, override
+
+    if not items:
+        return ()
+    override(PerfParams(), items)
+    return tuple(items)
 
 
 def _pct(x: float | None) -> str:
@@ -105,18 +116,24 @@ def evaluate(
             help="Predicted against measured TTFT and TPOT (.png/.svg, repeatable; needs silicon columns).",
         ),
     ] = None,
+    set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict every row; write id,predicted_ttft_ms,predicted_tpot_ms,skipped_reason; print the errors.
 
     The file also says where each predicted TTFT goes (``predicted_ttft_queued_ms``: sending to
     admission) and what each closed-loop regime gives alone (``predicted_ttft_lock_step_ms``,
-    ``predicted_ttft_drifted_ms``; ``tokenmill predict``'s ``ttft_regimes_ms``)."""
+    ``predicted_ttft_drifted_ms``; ``tokenmill predict``'s ``ttft_regimes_ms``). With ``--set``
+    every row is predicted on the what-if, without a refit: what the file says of the change as
+    the other constants stand."""
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.measurements import read_measurements
     from tokenmill.perf.row_prediction import predict_rows
     from tokenmill.perf.scoring import score
 
+    overrides = checked_overrides(set_)
+    if overrides and accuracy_out is not None:
+        raise TokenmillError("--accuracy-out: the error bands measure the fitted constants, and --set changes them")
     rows, silicon = read_measurements(measurements)
     figures = figure or []
     for flag, value in (("--accuracy-out", accuracy_out), ("--figure", figures or None)):
@@ -134,7 +151,7 @@ def evaluate(
         load_accuracy(accuracy_out)  # its held-out bands are kept: a file it cannot read fails now, not after
     table = load_table(params_file)
     with progress(len(rows), json_out, "predicting") as bar:
-        preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar)
+        preds = predict_rows(rows, models_dir, table, jobs=max(1, jobs), progress=bar, overrides=overrides)
     # what could still refuse (no row to score for the bands or the figures) before anything is written
     acc = None
     if accuracy_out is not None:
@@ -171,6 +188,7 @@ def evaluate(
     result = score(preds)
     result["silicon_columns"] = silicon
     result["params"] = table.meta
+    result["set"] = list(overrides)
     if acc is not None and accuracy_out is not None:
         acc.write(accuracy_out)
         result["accuracy_out"] = str(accuracy_out)
@@ -178,11 +196,15 @@ def evaluate(
         from tokenmill.report.calibration_figures import calibration_figure
 
         title = f"tokenmill predictions against {measurements.name}: {len(points)} fully specified rows"
+        if overrides:
+            title += f" (what-if: {', '.join(overrides)})"
         result["figures"] = [str(p) for p in calibration_figure(points, figures, title)]
     if json_out:
         print(json.dumps(result, indent=2))
         return
     _print_score(result, silicon)
+    if overrides:
+        print(f"constants set by --set on every row, a what-if the fit did not make: {', '.join(overrides)}")
     print(f"wrote {out}")
 
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tokenmill.cli.calibrate_cmd import MeasOpt, ModelsDirOpt
-from tokenmill.cli.options import JsonOpt
+from tokenmill.cli.calibrate_cmd import MeasOpt, ModelsDirOpt, checked_overrides
+from tokenmill.cli.options import JsonOpt, SetOpt
 from tokenmill.cli.predict_cmd import ParamsOpt
 from tokenmill.errors import TokenmillError
 
@@ -76,14 +76,18 @@ def _layout_text(spec: RowSpec) -> str:
     return f"{p.workers} × prefill {p.layout.describe()} + {d.workers} × decode {d.layout.describe()}"
 
 
-def explain_row(row: dict[str, str], models_dir: str, table: Any) -> dict[str, Any]:
-    """One row: the cells as read, the measured and predicted times, and the predict command."""
+def explain_row(row: dict[str, str], models_dir: str, table: Any, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One row: the cells as read, the measured and predicted times (with ``overrides`` set on the
+    row's constants), and the predict command."""
     from tokenmill.cli.row_command import predict_argv, predict_command
     from tokenmill.perf.measurements import Skip, interpret
     from tokenmill.perf.row_prediction import predict_row, predict_spec
 
     spec = interpret(row, models_dir)
-    pred = predict_row(row, models_dir, table) if isinstance(spec, Skip) else predict_spec(spec, table)
+    if isinstance(spec, Skip):
+        pred = predict_row(row, models_dir, table)
+    else:
+        pred = predict_spec(spec, table, overrides=overrides)
     out: dict[str, Any] = {
         "id": pred.id,
         "backend": pred.backend,
@@ -115,8 +119,8 @@ def explain_row(row: dict[str, str], models_dir: str, table: Any) -> dict[str, A
         return out
     out.update(layout=_layout_text(spec), isl=spec.isl, osl=spec.osl, concurrency=spec.concurrency)
     try:
-        out["predict_argv"] = ["tokenmill", *predict_argv(spec)]
-        out["predict_command"] = predict_command(spec)
+        out["predict_argv"] = ["tokenmill", *predict_argv(spec, overrides)]
+        out["predict_command"] = predict_command(spec, overrides)
     except TokenmillError as exc:
         out["no_predict_command"] = str(exc)
     return out
@@ -127,22 +131,25 @@ def row(
     measurements: MeasOpt,
     models_dir: ModelsDirOpt,
     params_file: ParamsOpt = None,
+    set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Rows of a measurements file by id or pattern: measured against predicted TTFT and TPOT,
     where the predicted first token goes, and the `tokenmill predict` command of the same point
-    (for what-ifs on it: --set, --compare)."""
+    (for what-ifs on it: --compare, a longer prompt). With --set each row is predicted on the
+    what-if, and its command carries the --set."""
     from tokenmill.perf.calibrated import load_table
     from tokenmill.perf.measurements import read_measurements
 
+    overrides = checked_overrides(set_)
     if not models_dir.is_dir():
         raise TokenmillError(f"--models-dir: no such directory {models_dir}")
     rows, _ = read_measurements(measurements)
     chosen = select_rows(rows, ids, f"--measurements {measurements}")
     table = load_table(params_file)
-    explained = [explain_row(r, str(models_dir), table) for r in chosen]
+    explained = [explain_row(r, str(models_dir), table, overrides) for r in chosen]
     if json_out:
-        print(json.dumps({"measurements": str(measurements), "rows": explained}, indent=2))
+        print(json.dumps({"measurements": str(measurements), "set": list(overrides), "rows": explained}, indent=2))
         return
     for i, item in enumerate(explained):
         if i:

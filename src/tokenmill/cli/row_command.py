@@ -11,6 +11,7 @@ two paths give the same TTFT and TPOT (``tests/test_cli_row_command.py`` runs th
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import load_gpu
@@ -57,9 +58,9 @@ def _decode_layout(layout: Layout) -> str:
     return ",".join(f"{k}={v}" for k, v in items.items())
 
 
-def predict_argv(spec: RowSpec) -> list[str]:
-    """``predict``'s arguments for the row (without the program's name), or a one-line error for
-    a row whose formats no flag builds."""
+def predict_argv(spec: RowSpec, overrides: Sequence[str] = ()) -> list[str]:
+    """``predict``'s arguments for the row (without the program's name), each of ``overrides`` as
+    a ``--set``, or a one-line error for a row whose formats no flag builds."""
     worker = spec.agg if spec.agg is not None else spec.prefill
     assert worker is not None
     layout = worker.layout
@@ -78,9 +79,11 @@ def predict_argv(spec: RowSpec) -> list[str]:
     if spec.version:
         argv += ["--backend-version", spec.version]
     argv += ["--isl", str(spec.isl), "--osl", str(spec.osl), "--concurrency", str(spec.concurrency)]
+    for item in overrides:
+        argv += ["--set", item]
     return argv
 
 
-def predict_command(spec: RowSpec) -> str:
+def predict_command(spec: RowSpec, overrides: Sequence[str] = ()) -> str:
     """The row as one shell line: ``tokenmill predict …``."""
-    return shlex.join(["tokenmill", *predict_argv(spec)])
+    return shlex.join(["tokenmill", *predict_argv(spec, overrides)])

@@ -19,6 +19,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU, load_gpu
 from tokenmill.perf.calibrated import ParamTable
 from tokenmill.perf.measurements import RowSpec, Skip, interpret, model_for_row
+from tokenmill.perf.params import override
 from tokenmill.perf.recorded import Recorded
 from tokenmill.perf.replay import replay_aggregated
 from tokenmill.perf.replay_disaggregated import replay_disaggregated
@@ -70,8 +71,11 @@ def _fitting_plan(spec: RowSpec, gpu: GPU, layout: Layout) -> MemoryPlan:
     return plan
 
 
-def predict_spec(spec: RowSpec, table: ParamTable, record: bool = False) -> RowPrediction:
-    """Replay one interpreted row with the constants of its GPU and engine."""
+def predict_spec(
+    spec: RowSpec, table: ParamTable, record: bool = False, overrides: Sequence[str] = ()
+) -> RowPrediction:
+    """Replay one interpreted row with the constants of its GPU and engine, each ``KEY=VALUE`` of
+    ``overrides`` set after them (``perf.params.override``: a what-if, noted on the row)."""
     out = RowPrediction(
         spec.id,
         model=spec.model_path,
@@ -89,6 +93,9 @@ def predict_spec(spec: RowSpec, table: ParamTable, record: bool = False) -> RowP
         gpu = load_gpu(spec.system)
         params, pnotes = table.resolve(gpu.name, spec.backend, spec.version)
         out.notes += pnotes
+        if overrides:
+            params, note = override(params, list(overrides))
+            out.notes.append(note)
         if spec.agg is not None:
             plan = _fitting_plan(spec, gpu, spec.agg.layout)
             res = replay_aggregated(plan, spec.backend, spec.isl, spec.osl, spec.concurrency, params, record=record)
@@ -125,7 +132,9 @@ def predict_spec(spec: RowSpec, table: ParamTable, record: bool = False) -> RowP
     return out
 
 
-def predict_row(row: dict[str, str], models_dir: str, table: ParamTable, record: bool = False) -> RowPrediction:
+def predict_row(
+    row: dict[str, str], models_dir: str, table: ParamTable, record: bool = False, overrides: Sequence[str] = ()
+) -> RowPrediction:
     it = interpret(row, models_dir)
     if isinstance(it, Skip):
         r = row
@@ -140,7 +149,7 @@ def predict_row(row: dict[str, str], models_dir: str, table: ParamTable, record:
             weight_format=(r.get("gemm_quant_mode") or "").strip().lower(),
             fully_specified=row_fully_specified(r),
         )
-    return predict_spec(it, table, record)
+    return predict_spec(it, table, record, overrides)
 
 
 def row_fully_specified(row: dict[str, str]) -> bool:
@@ -159,13 +168,13 @@ def fitting_rows(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
 _WORKER: dict[str, Any] = {}
 
 
-def _init(models_dir: str, table_json: dict[str, Any], record: bool) -> None:
-    _WORKER["args"] = (models_dir, ParamTable.from_json(table_json), record)
+def _init(models_dir: str, table_json: dict[str, Any], record: bool, overrides: tuple[str, ...]) -> None:
+    _WORKER["args"] = (models_dir, ParamTable.from_json(table_json), record, overrides)
 
 
 def _one(row: dict[str, str]) -> RowPrediction:
-    models_dir, table, record = _WORKER["args"]
-    return predict_row(row, models_dir, table, record)
+    models_dir, table, record, overrides = _WORKER["args"]
+    return predict_row(row, models_dir, table, record, overrides)
 
 
 def predict_rows(
@@ -175,20 +184,22 @@ def predict_rows(
     record: bool = False,
     jobs: int = 1,
     progress: Progress | None = None,
+    overrides: Sequence[str] = (),
 ) -> list[RowPrediction]:
-    """One prediction per row, in order (``jobs`` worker processes; the result does not depend on it)."""
+    """One prediction per row, in order (``jobs`` worker processes; the result does not depend on
+    it), with ``overrides`` set on each row's constants (``predict_spec``)."""
     d = str(models_dir)
     if not Path(d).is_dir():
         raise TokenmillError(f"--models-dir: no such directory {d}")
     out: list[RowPrediction] = []
     if jobs <= 1 or len(rows) < 8:
         for row in rows:
-            out.append(predict_row(row, d, table, record))
+            out.append(predict_row(row, d, table, record, overrides))
             if progress:
                 progress(1)
         return out
     chunk = max(1, min(32, len(rows) // (jobs * 8)))
-    with ProcessPoolExecutor(jobs, initializer=_init, initargs=(d, table.to_json(), record)) as pool:
+    with ProcessPoolExecutor(jobs, initializer=_init, initargs=(d, table.to_json(), record, tuple(overrides))) as pool:
         for pred in pool.map(_one, rows, chunksize=chunk):
             out.append(pred)
             if progress:
