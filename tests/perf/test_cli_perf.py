@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -620,6 +621,51 @@ def test_evaluate_refuses_a_bad_what_if_before_it_writes(
     )
     assert code == 2 and out == "" and err.startswith(message), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.csv"]
+
+
+def test_evaluate_by_columns_groups_the_rows_as_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
+    args = ["calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS, "--out", str(tmp_path / "p")]
+    result = cli_json(capsys, *args, "--by", "backend", "--by", "backend, mode", "--by", "concurrency", "--json")
+    assert result["by"]["backend"] == result["by_backend"]  # a column the fixed tables group by: the same groups
+    from tokenmill.perf.row_prediction import row_fully_specified
+
+    full = [r for r in ROWS if row_fully_specified(r)]
+    assert list(result["by"]["backend,mode"]) == sorted({f"{r['backend']} / {r['mode']}" for r in full})
+    lanes = sorted({int(re.findall(r"silicon_concurrency=(\d+)", r["silicon_data_source"])[0]) for r in full})
+    assert lanes == [8, 16] and list(result["by"]["concurrency"]) == ["8", "16"]  # by value, not as text
+    code, out, err = cli(capsys, *args, "--by", "backend,isl")
+    assert code == 0, err
+    assert "by backend, isl" in out and "TTFT bias" in out
+
+
+@pytest.mark.parametrize(
+    ("by", "message"),
+    [
+        ("gpu", "error: --by: the file has no column 'gpu' (its columns: id, silicon_data_source, backend,"),
+        (" , ", "error: --by needs column names, e.g. backend,isl,osl (got ' , ')"),
+    ],
+)
+def test_evaluate_by_an_unknown_column_is_refused_before_it_runs(
+    by: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
+    out = tmp_path / "p.csv"
+    code, stdout, err = cli(
+        capsys,
+        "calibrate",
+        "evaluate",
+        "--measurements",
+        str(meas),
+        "--models-dir",
+        MODELS,
+        "--out",
+        str(out),
+        "--by",
+        by,
+    )
+    assert code == 2 and stdout == "" and err.startswith(message), err
+    assert not out.exists()
 
 
 def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

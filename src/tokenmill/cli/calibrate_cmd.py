@@ -3,6 +3,7 @@ or predict and score a measurements file (``calibrate local`` is ``cli.local_cmd
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,6 +33,56 @@ calibrate_app = typer.Typer(
 PRED_EXTRA_COLUMNS = ("predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
 
 
+#: ``--by``'s column that is not one of the file's: the benchmark's lanes (``silicon_concurrency``)
+CONCURRENCY_COLUMN = "concurrency"
+
+
+def by_columns(items: list[str], columns: list[str]) -> list[tuple[str, ...]]:
+    """``--by`` items as tuples of the file's columns (``concurrency``: the benchmark's lanes), or a
+    one-line error naming a column the file does not have."""
+    known = [c for c in columns if not c.startswith("_")]
+    out: list[tuple[str, ...]] = []
+    for item in items:
+        cols = tuple(c.strip() for c in item.split(",") if c.strip())
+        if not cols:
+            raise TokenmillError(f"--by needs column names, e.g. backend,isl,osl (got {item!r})")
+        for c in cols:
+            if c not in known and c != CONCURRENCY_COLUMN:
+                raise TokenmillError(
+                    f"--by: the file has no column {c!r} (its columns: {', '.join(known)}, or {CONCURRENCY_COLUMN})"
+                )
+        out.append(cols)
+    return out
+
+
+def group_key(row: dict[str, str], cols: tuple[str, ...]) -> str:
+    """A row's group under ``--by`` columns: their cells joined by " / " (an empty cell: "(empty)")."""
+    from tokenmill.perf.measurements import row_concurrency
+
+    def cell(c: str) -> str:
+        if c == CONCURRENCY_COLUMN:
+            conc = row_concurrency(row)
+            return str(conc) if conc is not None else (row.get("batch_size") or "").strip()
+        return (row.get(c) or "").strip()
+
+    return " / ".join(cell(c) or "(empty)" for c in cols)
+
+
+def _natural(text: str) -> list[tuple[int, int | str]]:
+    """A sort key that puts "4 / 1024" before "16 / 1024" (numbers by value, text by text)."""
+    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", text) if t]
+
+
+def grouped(preds: list[Any], cells: dict[str, dict[str, str]], cols: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The scores of ``preds`` by their rows' ``--by`` columns (``cells``: the rows by id), in natural order."""
+    from tokenmill.perf.scoring import group_stats
+
+    def key(p: Any) -> str:
+        return group_key(cells[p.id], cols)
+
+    return dict(sorted(group_stats(preds, key).items(), key=lambda kv: _natural(kv[0])))
+
+
 def checked_overrides(items: list[str] | None) -> tuple[str, ...]:
     """``--set`` items, each checked (a field of the constants, a value inside its bounds) before
     any row is replayed, so that a typo is one error and not a reason on every row."""
@@ -47,6 +98,10 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
+def _bias(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:+.1f}%"
+
+
 def _print_score(result: dict[str, Any], silicon: bool) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -60,7 +115,7 @@ def _print_score(result: dict[str, Any], silicon: bool) -> None:
         for col in ("group", "rows", "predicted", "coverage"):
             t.add_column(col, justify="left" if col == "group" else "right")
         if silicon:
-            for col in ("TTFT median", "TTFT p90", "TPOT median", "TPOT p90"):
+            for col in ("TTFT median", "TTFT p90", "TTFT bias", "TPOT median", "TPOT p90", "TPOT bias"):
                 t.add_column(col, justify="right")
         for name, s in groups.items():
             cells = [name, str(s["rows"]), str(s["predicted"]), _pct(s["coverage"])]
@@ -68,14 +123,17 @@ def _print_score(result: dict[str, Any], silicon: bool) -> None:
                 cells += [
                     _pct(s["ttft_median_ape"]),
                     _pct(s["ttft_p90_ape"]),
+                    _bias(s["ttft_median_error"]),
                     _pct(s["tpot_median_ape"]),
                     _pct(s["tpot_p90_ape"]),
+                    _bias(s["tpot_median_error"]),
                 ]
             t.add_row(*cells)
         print_table(console, t)
 
     table(
-        "fully specified rows" + (" (absolute percentage error)" if silicon else ""),
+        "fully specified rows"
+        + (" (absolute percentage error; bias: the median of predicted ÷ measured − 1)" if silicon else ""),
         {"overall": result["overall"]},
     )
     if result["assumed_disagg"]["rows"]:
@@ -91,6 +149,8 @@ def _print_score(result: dict[str, Any], silicon: bool) -> None:
         ("by_format", "by weight format (gemm_quant_mode; checkpoint: the checkpoint's own)"),
     ):
         table(title, result[key])
+    for columns, groups in result.get("by", {}).items():
+        table(f"by {', '.join(columns.split(','))}", groups)
     if result["skipped_reasons"]:
         console.print("skipped: " + "; ".join(f"{n} × {r}" for r, n in result["skipped_reasons"].items()))
 
@@ -116,6 +176,14 @@ def evaluate(
             help="Predicted against measured TTFT and TPOT (.png/.svg, repeatable; needs silicon columns).",
         ),
     ] = None,
+    by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--by",
+            help="Also the errors grouped by these columns of the file: backend,isl,osl (repeatable; "
+            "'concurrency' is the benchmark's lanes).",
+        ),
+    ] = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -135,6 +203,7 @@ def evaluate(
     if overrides and accuracy_out is not None:
         raise TokenmillError("--accuracy-out: the error bands measure the fitted constants, and --set changes them")
     rows, silicon = read_measurements(measurements)
+    groupings = by_columns(by or [], list(rows[0]))
     figures = figure or []
     for flag, value in (("--accuracy-out", accuracy_out), ("--figure", figures or None)):
         if value is not None and not silicon:
@@ -186,6 +255,10 @@ def evaluate(
     except OSError as exc:
         raise TokenmillError(f"--out: cannot write {out}: {exc.strerror}") from None
     result = score(preds)
+    if groupings:
+        full = [p for p in preds if p.fully_specified]
+        cells = {(r.get("id") or "").strip(): r for r in rows}
+        result["by"] = {",".join(cols): grouped(full, cells, cols) for cols in groupings}
     result["silicon_columns"] = silicon
     result["params"] = table.meta
     result["set"] = list(overrides)

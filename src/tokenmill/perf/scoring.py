@@ -1,8 +1,9 @@
 """Scores of row predictions: coverage and the median and p90 absolute percentage error of TTFT and
-TPOT, overall and by model, system, engine, system × engine, engine version, mode and weight format
-(the rows' ``gemm_quant_mode``), for the fully specified rows and, apart, the disaggregated rows
-predicted under the worker assumption (``score``); and what a skipped row counts under
-(``reason_kind``)."""
+TPOT, with the median signed error (predicted ÷ measured − 1: which way a group misses), overall
+and by model, system, engine, system × engine, engine version, mode and weight format (the rows'
+``gemm_quant_mode``), for the fully specified rows and, apart, the disaggregated rows predicted
+under the worker assumption (``score``); by any key of a row (``group_stats``); and what a skipped
+row counts under (``reason_kind``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tokenmill.perf.calibrated import version_key
 if TYPE_CHECKING:  # scores are computed from predictions, without the replay that made them
     from tokenmill.perf.row_prediction import RowPrediction
 
-__all__ = ["reason_kind", "score"]
+__all__ = ["group_stats", "reason_kind", "score"]
 
 
 def _ape(pred: float, meas: float) -> float:
@@ -36,7 +37,17 @@ def _stats(preds: list[RowPrediction]) -> dict[str, Any]:
         errs = np.array([_ape(pred, meas) for pred, meas in values])
         out[f"{key}_median_ape"] = float(np.median(errs)) if len(errs) else None
         out[f"{key}_p90_ape"] = float(np.percentile(errs, 90)) if len(errs) else None
+        signed = np.array([pred / meas - 1.0 for pred, meas in values])
+        out[f"{key}_median_error"] = float(np.median(signed)) if len(signed) else None
     return out
+
+
+def group_stats(preds: list[RowPrediction], key: Callable[[RowPrediction], str]) -> dict[str, dict[str, Any]]:
+    """``_stats`` of the rows under each value of ``key`` (a row without it: "(empty)"), sorted."""
+    groups: dict[str, list[RowPrediction]] = {}
+    for p in preds:
+        groups.setdefault(key(p) or "(empty)", []).append(p)
+    return {k: _stats(v) for k, v in sorted(groups.items())}
 
 
 def score(preds: list[RowPrediction]) -> dict[str, Any]:
@@ -55,10 +66,7 @@ def score(preds: list[RowPrediction]) -> dict[str, Any]:
         ("by_format", lambda p: p.weight_format or "checkpoint"),
     ]
     for name, key in groupings:
-        groups: dict[str, list[RowPrediction]] = {}
-        for p in full:
-            groups.setdefault(key(p) or "(empty)", []).append(p)  # a row without the column
-        result[name] = {k: _stats(v) for k, v in sorted(groups.items())}
+        result[name] = group_stats(full, key)
     reasons: dict[str, int] = {}
     for p in preds:
         if not p.predicted:
