@@ -651,19 +651,8 @@ def test_evaluate_by_an_unknown_column_is_refused_before_it_runs(
 ) -> None:
     meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
     out = tmp_path / "p.csv"
-    code, stdout, err = cli(
-        capsys,
-        "calibrate",
-        "evaluate",
-        "--measurements",
-        str(meas),
-        "--models-dir",
-        MODELS,
-        "--out",
-        str(out),
-        "--by",
-        by,
-    )
+    args = ["calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS, "--out", str(out)]
+    code, stdout, err = cli(capsys, *args, "--by", by)
     assert code == 2 and stdout == "" and err.startswith(message), err
     assert not out.exists()
 
