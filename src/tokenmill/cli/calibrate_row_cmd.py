@@ -31,7 +31,7 @@ IdsArg = Annotated[
     list[str],
     typer.Argument(
         help="Row ids, or patterns with * and ? (quoted: 'deepseek_r1_b200*sglang*c4_*').",
-        metavar="ID...",
+        metavar="ID",
         show_default=False,
     ),
 ]
