@@ -257,7 +257,7 @@ def test_calibrate_row_prints_measured_predicted_and_the_command(
     first, second = out.split("\n\n")
     assert first.startswith("row llama_h100_c8\n") and "ISL 1,024 OSL 128 · 8 lanes" in first
     assert "60.00" in first and "7.00" in first and f"{expected.ttft_ms:,.2f}" in first
-    assert f"{100 * (expected.ttft_ms / 60 - 1):+.1f} %" in first
+    assert f"{100 * (expected.ttft_ms / 60 - 1):+.1f}%" in first
     command = next(line.strip() for line in first.splitlines() if line.strip().startswith("tokenmill predict"))
     assert command.endswith("--concurrency 8")
     assert second.startswith("row unknown_model\n") and "not predicted: no config for model_path" in second

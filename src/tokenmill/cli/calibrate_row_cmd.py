@@ -162,7 +162,7 @@ def _ms(x: float | None) -> str:
 
 
 def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:+.1f} %"
+    return "—" if x is None else f"{100 * x:+.1f}%"  # as calibrate evaluate prints its bias
 
 
 def _print_row(item: dict[str, Any]) -> None:
