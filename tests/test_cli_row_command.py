@@ -7,13 +7,14 @@ same TTFT and TPOT (``predict --json`` rounds TTFT to 3 decimals and TPOT to 4: 
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.cli_helpers import cli, cli_json
@@ -341,3 +342,46 @@ def test_calibrate_row_with_set_predicts_the_what_if_and_its_command_carries_it(
     assert again["ttft_ms"] == pytest.approx(slow["predicted_ttft_ms"], rel=1e-4)
     code, out, err = _row_cli(capsys, measurements, "llama_h100_c8", "--set", "compute_scale=5")
     assert code == 2 and out == "" and err == "error: --set compute_scale must be between 0.3 and 3 (got 5)\n"
+
+
+# --- the parsers of the ids and the --by columns, on any text --------------------------------
+
+_IDS = ["llama_h100_c8", "llama_h100_c4", "ds_b200_c16", "ds[v3]_c4"]
+_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=24)
+
+
+@example(wanted=["ds[v3]_c4"])  # an id with brackets, named exactly: found, not read as a pattern
+@given(wanted=st.lists(st.one_of(st.sampled_from(_IDS), _TEXT, _TEXT.map(lambda t: t + "*")), min_size=1, max_size=4))
+def test_any_ids_select_rows_in_the_files_order_or_name_the_first_that_matches_none(wanted: list[str]) -> None:
+    rows = [{"id": i} for i in _IDS]
+    try:
+        chosen = calibrate_row_cmd.select_rows(rows, wanted, "--measurements m.csv")
+    except TokenmillError as exc:
+        message = str(exc)
+        assert message.startswith("--measurements m.csv: no row has the id ") and "\n" not in message
+        assert not all(w.strip() in _IDS for w in wanted)  # ids named exactly are always found
+        return
+    ids = [r["id"] for r in chosen]
+    assert ids == [i for i in _IDS if i in ids]  # the file's order, each once
+    for item in wanted:  # every name matched something
+        name = item.strip()
+        assert any(fnmatch.fnmatch(i, name) for i in ids) or name in ids
+
+
+@given(
+    items=st.lists(
+        st.one_of(_TEXT, st.sampled_from(["backend", "isl,osl", "concurrency", "backend, mode"])), max_size=3
+    )
+)
+def test_any_by_columns_are_the_files_columns_or_a_one_line_error(items: list[str]) -> None:
+    from tokenmill.cli.calibrate_cmd import CONCURRENCY_COLUMN, by_columns
+
+    columns = ["id", "backend", "isl", "osl", "mode", "_malformed"]
+    try:
+        groups = by_columns(items, columns)
+    except TokenmillError as exc:
+        assert str(exc).startswith("--by") and "\n" not in str(exc)
+        return
+    assert len(groups) == len(items)
+    for cols in groups:
+        assert cols and all(c in columns[:-1] or c == CONCURRENCY_COLUMN for c in cols)

@@ -42,13 +42,15 @@ def _is_pattern(text: str) -> bool:
 
 
 def select_rows(rows: list[dict[str, str]], wanted: list[str], where: str) -> list[dict[str, str]]:
-    """The rows whose ids are named or match a pattern, in the file's order, each once; a name
-    that matches nothing is a one-line error with the closest ids."""
+    """The rows whose ids are named or match a pattern (``fnmatch``: * ? [...]), in the file's
+    order, each once; a name that matches nothing is a one-line error with the closest ids."""
     ids = [(r.get("id") or "").strip() for r in rows]
     chosen: set[str] = set()
     for item in wanted:
         name = item.strip()
-        hits = fnmatch.filter(ids, name) if _is_pattern(name) else [i for i in ids if i == name]
+        hits = [i for i in ids if i == name]  # an id is itself, brackets and all
+        if _is_pattern(name):
+            hits += fnmatch.filter(ids, name)
         if not hits:
             close = difflib.get_close_matches(name, ids, n=3, cutoff=0.6) if not _is_pattern(name) else []
             hint = f"; closest: {', '.join(close)}" if close else ""
