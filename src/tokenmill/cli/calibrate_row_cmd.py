@@ -19,6 +19,7 @@ import typer
 from tokenmill.cli.calibrate_cmd import MeasOpt, ModelsDirOpt, checked_overrides
 from tokenmill.cli.options import JsonOpt, SetOpt
 from tokenmill.cli.predict_cmd import ParamsOpt
+from tokenmill.cli.terminal_progress import progress
 from tokenmill.errors import TokenmillError
 
 if TYPE_CHECKING:
@@ -149,7 +150,12 @@ def row(
     rows, _ = read_measurements(measurements)
     chosen = select_rows(rows, ids, f"--measurements {measurements}")
     table = load_table(params_file)
-    explained = [explain_row(r, str(models_dir), table, overrides) for r in chosen]
+    explained = []
+    with progress(len(chosen), json_out or len(chosen) == 1, "predicting", auto_refresh=False) as bar:
+        for r in chosen:
+            explained.append(explain_row(r, str(models_dir), table, overrides))
+            if bar:
+                bar(1)
     if json_out:
         print(json.dumps({"measurements": str(measurements), "set": list(overrides), "rows": explained}, indent=2))
         return
