@@ -605,9 +605,16 @@ def test_evaluate_with_set_predicts_every_row_on_the_what_if(
             ("--set", "compute_scale=0.5", "--accuracy-out", "acc.json"),
             "error: --accuracy-out: the error bands measure the fitted constants, and --set changes them",
         ),
+        (("--where", "gpu=b200"), "error: --where: the file has no column 'gpu' (its columns: id,"),
+        (("--where", "backend"), "error: --where takes COLUMN=PATTERN, e.g. backend=sglang"),
+        (("--where", "backend=tgi"), "error: --where backend=tgi: no row of "),
+        (
+            ("--where", "backend=vllm", "--accuracy-out", "acc.json"),
+            "error: --accuracy-out: the error bands are the whole file's, and --where keeps some rows",
+        ),
     ],
 )
-def test_evaluate_refuses_a_bad_what_if_before_it_writes(
+def test_evaluate_refuses_a_bad_what_if_or_filter_before_it_writes(
     extra: tuple[str, ...],
     message: str,
     tmp_path: Path,
@@ -655,6 +662,22 @@ def test_evaluate_by_an_unknown_column_is_refused_before_it_runs(
     code, stdout, err = cli(capsys, *args, "--by", by)
     assert code == 2 and stdout == "" and err.startswith(message), err
     assert not out.exists()
+
+
+def test_evaluate_where_keeps_the_rows_whose_cells_match(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    meas = write(tmp_path / "m.csv", ROWS, COLUMNS)
+    out = tmp_path / "p.csv"
+    args = ["calibrate", "evaluate", "--measurements", str(meas), "--models-dir", MODELS, "--out", str(out)]
+    result = cli_json(capsys, *args, "--where", "backend=vllm", "--where", "model_path=*Llama*", "--json")
+    kept = [r["id"] for r in ROWS if r["backend"] == "vllm" and "Llama" in r["model_path"]]
+    assert kept and len(kept) < len(ROWS)
+    assert [r["id"] for r in csv.DictReader(out.open())] == kept
+    assert result["where"] == ["backend=vllm", "model_path=*Llama*"] and result["rows_in_file"] == len(ROWS)
+    assert result["overall"]["rows"] + result["assumed_disagg"]["rows"] == len(kept)
+    code, text, err = cli(capsys, *args, "--where", "backend=vllm")
+    assert code == 0, err
+    vllm = sum(r["backend"] == "vllm" for r in ROWS)
+    assert f"rows where backend=vllm: {vllm:,} of the file's {len(ROWS):,}" in text
 
 
 def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

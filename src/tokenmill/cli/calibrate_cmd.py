@@ -55,17 +55,45 @@ def by_columns(items: list[str], columns: list[str]) -> list[tuple[str, ...]]:
     return out
 
 
+def _cell(row: dict[str, str], col: str) -> str:
+    """A row's cell, stripped; ``concurrency``: the benchmark's lanes (else the batch size)."""
+    if col == CONCURRENCY_COLUMN:
+        from tokenmill.perf.measurements import row_concurrency
+
+        conc = row_concurrency(row)
+        return str(conc) if conc is not None else (row.get("batch_size") or "").strip()
+    return (row.get(col) or "").strip()
+
+
 def group_key(row: dict[str, str], cols: tuple[str, ...]) -> str:
     """A row's group under ``--by`` columns: their cells joined by " / " (an empty cell: "(empty)")."""
-    from tokenmill.perf.measurements import row_concurrency
+    return " / ".join(_cell(row, c) or "(empty)" for c in cols)
 
-    def cell(c: str) -> str:
-        if c == CONCURRENCY_COLUMN:
-            conc = row_concurrency(row)
-            return str(conc) if conc is not None else (row.get("batch_size") or "").strip()
-        return (row.get(c) or "").strip()
 
-    return " / ".join(cell(c) or "(empty)" for c in cols)
+def where_filters(items: list[str], columns: list[str]) -> list[tuple[str, str]]:
+    """``--where COL=PATTERN`` items as (column, ``fnmatch`` pattern), or a one-line error."""
+    known = [c for c in columns if not c.startswith("_")]
+    out: list[tuple[str, str]] = []
+    for item in items:
+        col, sep, pattern = item.partition("=")
+        col = col.strip()
+        if not sep or not col:
+            raise TokenmillError(
+                f"--where takes COLUMN=PATTERN, e.g. backend=sglang or model_path='*DeepSeek*' (got {item!r})"
+            )
+        if col not in known and col != CONCURRENCY_COLUMN:
+            raise TokenmillError(
+                f"--where: the file has no column {col!r} (its columns: {', '.join(known)}, or {CONCURRENCY_COLUMN})"
+            )
+        out.append((col, pattern.strip()))
+    return out
+
+
+def row_matches(row: dict[str, str], filters: list[tuple[str, str]]) -> bool:
+    """Whether every ``--where`` pattern matches its cell (``fnmatch``, case-sensitive)."""
+    import fnmatch
+
+    return all(fnmatch.fnmatchcase(_cell(row, col), pattern) for col, pattern in filters)
 
 
 def _natural(text: str) -> list[tuple[int, int | str]]:
@@ -184,6 +212,14 @@ def evaluate(
             "'concurrency' is the benchmark's lanes).",
         ),
     ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            help="Only the rows whose column matches: COLUMN=PATTERN, e.g. backend=sglang or "
+            "model_path='*DeepSeek*' (repeatable: all must match; * ? [...] as in file names).",
+        ),
+    ] = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -202,8 +238,16 @@ def evaluate(
     overrides = checked_overrides(set_)
     if overrides and accuracy_out is not None:
         raise TokenmillError("--accuracy-out: the error bands measure the fitted constants, and --set changes them")
+    if where and accuracy_out is not None:
+        raise TokenmillError("--accuracy-out: the error bands are the whole file's, and --where keeps some rows")
     rows, silicon = read_measurements(measurements)
     groupings = by_columns(by or [], list(rows[0]))
+    filters = where_filters(where or [], list(rows[0]))
+    rows_in_file = len(rows)
+    if filters:
+        rows = [r for r in rows if row_matches(r, filters)]
+        if not rows:
+            raise TokenmillError(f"--where {' '.join(where or [])}: no row of {measurements} matches")
     figures = figure or []
     for flag, value in (("--accuracy-out", accuracy_out), ("--figure", figures or None)):
         if value is not None and not silicon:
@@ -262,6 +306,8 @@ def evaluate(
     result["silicon_columns"] = silicon
     result["params"] = table.meta
     result["set"] = list(overrides)
+    result["where"] = list(where or [])
+    result["rows_in_file"] = rows_in_file
     if acc is not None and accuracy_out is not None:
         acc.write(accuracy_out)
         result["accuracy_out"] = str(accuracy_out)
@@ -276,6 +322,8 @@ def evaluate(
         print(json.dumps(result, indent=2))
         return
     _print_score(result, silicon)
+    if filters:
+        print(f"rows where {', '.join(where or [])}: {len(rows):,} of the file's {rows_in_file:,}")
     if overrides:
         print(f"constants set by --set on every row, a what-if the fit did not make: {', '.join(overrides)}")
     print(f"wrote {out}")
