@@ -385,3 +385,21 @@ def test_any_by_columns_are_the_files_columns_or_a_one_line_error(items: list[st
     assert len(groups) == len(items)
     for cols in groups:
         assert cols and all(c in columns[:-1] or c == CONCURRENCY_COLUMN for c in cols)
+
+
+@given(
+    items=st.lists(st.one_of(_TEXT, st.sampled_from(["backend=vllm", "isl=1*", "concurrency=8", "mode"])), max_size=3)
+)
+def test_any_where_filters_are_a_column_and_a_pattern_or_a_one_line_error(items: list[str]) -> None:
+    from tokenmill.cli.calibrate_cmd import CONCURRENCY_COLUMN, row_matches, where_filters
+
+    columns = ["id", "backend", "isl", "osl", "mode", "_malformed"]
+    try:
+        filters = where_filters(items, columns)
+    except TokenmillError as exc:
+        assert str(exc).startswith("--where") and "\n" not in str(exc)
+        return
+    assert len(filters) == len(items)
+    assert all(col in columns[:-1] or col == CONCURRENCY_COLUMN for col, _ in filters)
+    row = {"id": "r", "backend": "vllm", "isl": "1024", "osl": "128", "mode": "agg", "silicon_data_source": "x"}
+    row_matches(row, filters)  # any pattern is a pattern: it matches or not, it does not raise
