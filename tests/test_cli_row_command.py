@@ -368,6 +368,20 @@ def test_any_ids_select_rows_in_the_files_order_or_name_the_first_that_matches_n
         assert any(fnmatch.fnmatch(i, name) for i in ids) or name in ids
 
 
+#: A file's columns for the parsers below ("_malformed" is the reader's mark, not a column).
+_COLUMNS = ["id", "backend", "isl", "osl", "mode", "_malformed"]
+
+
+def _parsed(parse: Any, items: list[str], flag: str) -> Any:
+    """What ``parse`` makes of ``items`` over ``_COLUMNS``, or None after checking that its error is
+    one line naming ``flag``."""
+    try:
+        return parse(items, _COLUMNS)
+    except TokenmillError as exc:
+        assert str(exc).startswith(flag) and "\n" not in str(exc)
+        return None
+
+
 @given(
     items=st.lists(
         st.one_of(_TEXT, st.sampled_from(["backend", "isl,osl", "concurrency", "backend, mode"])), max_size=3
@@ -376,15 +390,12 @@ def test_any_ids_select_rows_in_the_files_order_or_name_the_first_that_matches_n
 def test_any_by_columns_are_the_files_columns_or_a_one_line_error(items: list[str]) -> None:
     from tokenmill.cli.calibrate_cmd import CONCURRENCY_COLUMN, by_columns
 
-    columns = ["id", "backend", "isl", "osl", "mode", "_malformed"]
-    try:
-        groups = by_columns(items, columns)
-    except TokenmillError as exc:
-        assert str(exc).startswith("--by") and "\n" not in str(exc)
+    groups = _parsed(by_columns, items, "--by")
+    if groups is None:
         return
     assert len(groups) == len(items)
     for cols in groups:
-        assert cols and all(c in columns[:-1] or c == CONCURRENCY_COLUMN for c in cols)
+        assert cols and all(c in _COLUMNS[:-1] or c == CONCURRENCY_COLUMN for c in cols)
 
 
 @given(
@@ -393,13 +404,11 @@ def test_any_by_columns_are_the_files_columns_or_a_one_line_error(items: list[st
 def test_any_where_filters_are_a_column_and_a_pattern_or_a_one_line_error(items: list[str]) -> None:
     from tokenmill.cli.calibrate_cmd import CONCURRENCY_COLUMN, row_matches, where_filters
 
-    columns = ["id", "backend", "isl", "osl", "mode", "_malformed"]
-    try:
-        filters = where_filters(items, columns)
-    except TokenmillError as exc:
-        assert str(exc).startswith("--where") and "\n" not in str(exc)
+    filters = _parsed(where_filters, items, "--where")
+    if filters is None:
         return
     assert len(filters) == len(items)
-    assert all(col in columns[:-1] or col == CONCURRENCY_COLUMN for col, _ in filters)
+    assert all(col in _COLUMNS[:-1] or col == CONCURRENCY_COLUMN for col, _ in filters)
     row = {"id": "r", "backend": "vllm", "isl": "1024", "osl": "128", "mode": "agg", "silicon_data_source": "x"}
+    assert row_matches(row, [f for f in filters if f == ("backend", "vllm")])  # its own cell matches
     row_matches(row, filters)  # any pattern is a pattern: it matches or not, it does not raise
