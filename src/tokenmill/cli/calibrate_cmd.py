@@ -315,6 +315,8 @@ def evaluate(
         from tokenmill.report.calibration_figures import calibration_figure
 
         title = f"tokenmill predictions against {measurements.name}: {len(points)} fully specified rows"
+        if filters:
+            title += f" where {', '.join(where or [])}"
         if overrides:
             title += f" (what-if: {', '.join(overrides)})"
         result["figures"] = [str(p) for p in calibration_figure(points, figures, title)]
