@@ -40,19 +40,25 @@ CONCURRENCY_COLUMN = "concurrency"
 def by_columns(items: list[str], columns: list[str]) -> list[tuple[str, ...]]:
     """``--by`` items as tuples of the file's columns (``concurrency``: the benchmark's lanes), or a
     one-line error naming a column the file does not have."""
-    known = [c for c in columns if not c.startswith("_")]
     out: list[tuple[str, ...]] = []
     for item in items:
         cols = tuple(c.strip() for c in item.split(",") if c.strip())
         if not cols:
             raise TokenmillError(f"--by needs column names, e.g. backend,isl,osl (got {item!r})")
         for c in cols:
-            if c not in known and c != CONCURRENCY_COLUMN:
-                raise TokenmillError(
-                    f"--by: the file has no column {c!r} (its columns: {', '.join(known)}, or {CONCURRENCY_COLUMN})"
-                )
+            _check_column("--by", c, columns)
         out.append(cols)
     return out
+
+
+def _check_column(flag: str, col: str, columns: list[str]) -> None:
+    """A one-line error unless ``col`` is one of the file's columns (not the reader's ``_`` marks)
+    or ``concurrency``."""
+    known = [c for c in columns if not c.startswith("_")]
+    if col not in known and col != CONCURRENCY_COLUMN:
+        raise TokenmillError(
+            f"{flag}: the file has no column {col!r} (its columns: {', '.join(known)}, or {CONCURRENCY_COLUMN})"
+        )
 
 
 def _cell(row: dict[str, str], col: str) -> str:
@@ -72,7 +78,6 @@ def group_key(row: dict[str, str], cols: tuple[str, ...]) -> str:
 
 def where_filters(items: list[str], columns: list[str]) -> list[tuple[str, str]]:
     """``--where COL=PATTERN`` items as (column, ``fnmatch`` pattern), or a one-line error."""
-    known = [c for c in columns if not c.startswith("_")]
     out: list[tuple[str, str]] = []
     for item in items:
         col, sep, pattern = item.partition("=")
@@ -81,10 +86,7 @@ def where_filters(items: list[str], columns: list[str]) -> list[tuple[str, str]]
             raise TokenmillError(
                 f"--where takes COLUMN=PATTERN, e.g. backend=sglang or model_path='*DeepSeek*' (got {item!r})"
             )
-        if col not in known and col != CONCURRENCY_COLUMN:
-            raise TokenmillError(
-                f"--where: the file has no column {col!r} (its columns: {', '.join(known)}, or {CONCURRENCY_COLUMN})"
-            )
+        _check_column("--where", col, columns)
         out.append((col, pattern.strip()))
     return out
 
@@ -126,7 +128,8 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
-def _bias(x: float | None) -> str:
+def bias_text(x: float | None) -> str:
+    """A signed error as printed in the bias columns (and by ``calibrate row``): +4.8%."""
     return "—" if x is None else f"{100 * x:+.1f}%"
 
 
@@ -151,10 +154,10 @@ def _print_score(result: dict[str, Any], silicon: bool) -> None:
                 cells += [
                     _pct(s["ttft_median_ape"]),
                     _pct(s["ttft_p90_ape"]),
-                    _bias(s["ttft_median_error"]),
+                    bias_text(s["ttft_median_error"]),
                     _pct(s["tpot_median_ape"]),
                     _pct(s["tpot_p90_ape"]),
-                    _bias(s["tpot_median_error"]),
+                    bias_text(s["tpot_median_error"]),
                 ]
             t.add_row(*cells)
         print_table(console, t)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tokenmill.cli.calibrate_cmd import MeasOpt, ModelsDirOpt, checked_overrides
+from tokenmill.cli.calibrate_cmd import MeasOpt, ModelsDirOpt, bias_text, checked_overrides
 from tokenmill.cli.options import JsonOpt, SetOpt
 from tokenmill.cli.predict_cmd import ParamsOpt
 from tokenmill.cli.terminal_progress import progress
@@ -65,12 +65,6 @@ def select_rows(rows: list[dict[str, str]], wanted: list[str], where: str) -> li
     return [r for r, i in zip(rows, ids, strict=True) if i in chosen]
 
 
-def _signed_error(predicted: float | None, measured: float | None) -> float | None:
-    if predicted is None or measured is None:
-        return None
-    return predicted / measured - 1.0
-
-
 def _layout_text(spec: RowSpec) -> str:
     if spec.agg is not None:
         return spec.agg.layout.describe()
@@ -84,13 +78,11 @@ def explain_row(row: dict[str, str], models_dir: str, table: Any, overrides: tup
     row's constants), and the predict command."""
     from tokenmill.cli.row_command import predict_argv, predict_command
     from tokenmill.perf.measurements import Skip, interpret
-    from tokenmill.perf.row_prediction import predict_row, predict_spec
+    from tokenmill.perf.row_prediction import predict_spec, skipped_prediction
+    from tokenmill.perf.scoring import signed_error
 
     spec = interpret(row, models_dir)
-    if isinstance(spec, Skip):
-        pred = predict_row(row, models_dir, table)
-    else:
-        pred = predict_spec(spec, table, overrides=overrides)
+    pred = skipped_prediction(spec, row) if isinstance(spec, Skip) else predict_spec(spec, table, overrides=overrides)
     out: dict[str, Any] = {
         "id": pred.id,
         "backend": pred.backend,
@@ -106,8 +98,8 @@ def explain_row(row: dict[str, str], models_dir: str, table: Any, overrides: tup
         "measured_tpot_ms": pred.measured_tpot_ms,
         "predicted_ttft_ms": pred.ttft_ms,
         "predicted_tpot_ms": pred.tpot_ms,
-        "ttft_error": _signed_error(pred.ttft_ms, pred.measured_ttft_ms),
-        "tpot_error": _signed_error(pred.tpot_ms, pred.measured_tpot_ms),
+        "ttft_error": signed_error(pred.ttft_ms, pred.measured_ttft_ms),
+        "tpot_error": signed_error(pred.tpot_ms, pred.measured_tpot_ms),
         "ttft_queued_ms": pred.ttft_queued_ms,
         "ttft_lock_step_ms": pred.ttft_lock_step_ms,
         "ttft_drifted_ms": pred.ttft_drifted_ms,
@@ -169,10 +161,6 @@ def _ms(x: float | None) -> str:
     return "—" if x is None else f"{x:,.2f}"
 
 
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:+.1f}%"  # as calibrate evaluate prints its bias
-
-
 def _print_row(item: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -195,7 +183,7 @@ def _print_row(item: dict[str, Any]) -> None:
                 f"{key.upper()} ms",
                 _ms(item[f"measured_{key}_ms"]),
                 _ms(item[f"predicted_{key}_ms"]),
-                _pct(item[f"{key}_error"]),
+                bias_text(item[f"{key}_error"]),
             )
         print_table(Console(), t)
         regimes = [

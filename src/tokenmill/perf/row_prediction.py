@@ -137,19 +137,23 @@ def predict_row(
 ) -> RowPrediction:
     it = interpret(row, models_dir)
     if isinstance(it, Skip):
-        r = row
-        return RowPrediction(
-            it.id,
-            skipped_reason=it.reason,
-            model=r.get("model_path", ""),
-            system=r.get("system", ""),
-            backend=r.get("backend", ""),
-            mode=r.get("mode", ""),
-            version=(r.get("backend_version") or "").strip(),
-            weight_format=(r.get("gemm_quant_mode") or "").strip().lower(),
-            fully_specified=row_fully_specified(r),
-        )
+        return skipped_prediction(it, row)
     return predict_spec(it, table, record, overrides)
+
+
+def skipped_prediction(skip: Skip, row: dict[str, str]) -> RowPrediction:
+    """The prediction of a row ``interpret`` could not read: its reason, and the cells it names."""
+    return RowPrediction(
+        skip.id,
+        skipped_reason=skip.reason,
+        model=row.get("model_path", ""),
+        system=row.get("system", ""),
+        backend=row.get("backend", ""),
+        mode=row.get("mode", ""),
+        version=(row.get("backend_version") or "").strip(),
+        weight_format=(row.get("gemm_quant_mode") or "").strip().lower(),
+        fully_specified=row_fully_specified(row),
+    )
 
 
 def row_fully_specified(row: dict[str, str]) -> bool:

@@ -17,11 +17,16 @@ from tokenmill.perf.calibrated import version_key
 if TYPE_CHECKING:  # scores are computed from predictions, without the replay that made them
     from tokenmill.perf.row_prediction import RowPrediction
 
-__all__ = ["group_stats", "reason_kind", "score"]
+__all__ = ["group_stats", "reason_kind", "score", "signed_error"]
 
 
 def _ape(pred: float, meas: float) -> float:
     return abs(pred - meas) / meas
+
+
+def signed_error(pred: float | None, meas: float | None) -> float | None:
+    """predicted ÷ measured − 1 (None where either is missing): which way a prediction misses."""
+    return None if pred is None or meas is None else pred / meas - 1.0
 
 
 def _stats(preds: list[RowPrediction]) -> dict[str, Any]:
@@ -37,7 +42,7 @@ def _stats(preds: list[RowPrediction]) -> dict[str, Any]:
         errs = np.array([_ape(pred, meas) for pred, meas in values])
         out[f"{key}_median_ape"] = float(np.median(errs)) if len(errs) else None
         out[f"{key}_p90_ape"] = float(np.percentile(errs, 90)) if len(errs) else None
-        signed = np.array([pred / meas - 1.0 for pred, meas in values])
+        signed = np.array([signed_error(pred, meas) for pred, meas in values], dtype=float)
         out[f"{key}_median_error"] = float(np.median(signed)) if len(signed) else None
     return out
 
