@@ -212,3 +212,81 @@ def test_a_failure_inside_the_clients_task_group_is_reported_as_itself(capsys: p
     )
     errors = json.loads(out)["errors"]
     assert code == 0 and len(errors) == 1 and "ExceptionGroup" not in errors[0] and "port" in errors[0]
+
+
+def _prompt_ids(fake: FakeServer) -> list[int]:
+    return [t for body in fake.bodies for t in body["prompt"]]
+
+
+def test_without_model_the_first_listed_model_is_benchmarked(
+    capsys: pytest.CaptureFixture[str], fake: FakeServer
+) -> None:
+    """vLLM's bench client asks /v1/models when no model is named; so does tokenmill bench."""
+    first = "ttft=0.001;itl=0.001"
+    fake.models = {"object": "list", "data": [{"id": first, "object": "model"}, {"id": "other", "object": "model"}]}
+    args = ["bench", "--base-url", fake.url, "--num-prompts", "3", "--concurrency", "1", "--isl", "8", "--osl", "2"]
+    code, out, err = cli(capsys, *args, "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["model_id"] == first and summary["completed"] == 3
+    assert {b["model"] for b in fake.bodies} == {first}
+    assert summary["tokenizer_vocab"] == 32_000  # the list reports no vocab_size: bench_serving's range
+
+
+def test_the_vocabulary_the_server_reports_bounds_the_prompt_ids(
+    capsys: pytest.CaptureFixture[str], fake: FakeServer
+) -> None:
+    model = "ttft=0.001;itl=0.001"
+    fake.models = {"data": [{"id": "another", "vocab_size": 7}, {"id": model, "vocab_size": 50}]}
+    base = bench_args(
+        fake, "--num-prompts", "4", "--concurrency", "2", "--isl", "64", "--osl", "2", "--json", model=model
+    )
+    code, out, err = cli(capsys, *base)
+    assert code == 0, err
+    assert json.loads(out)["tokenizer_vocab"] == 50  # the named model's entry, not the first one's
+    ids = _prompt_ids(fake)
+    assert len(ids) == 4 * 64 and max(ids) < 50 and len(set(ids)) > 25
+    fake.reset()
+    fake.models = {"data": [{"id": model, "vocab_size": 50}]}
+    code, out, err = cli(capsys, *base, "--tokenizer-vocab", "1000")  # the flag wins over the list
+    assert code == 0 and json.loads(out)["tokenizer_vocab"] == 1000 and max(_prompt_ids(fake)) >= 50
+
+
+@pytest.mark.parametrize(
+    "models",
+    [None, {"data": []}, {"data": "x"}, [1, 2], {"data": [{"id": ""}, {"name": "m"}]}],
+    ids=["no route", "empty list", "not a list", "not an object", "no usable id"],
+)
+def test_without_model_a_server_that_lists_none_is_one_line(
+    capsys: pytest.CaptureFixture[str], fake: FakeServer, models: object
+) -> None:
+    fake.models = models
+    args = ["bench", "--base-url", fake.url, "--num-prompts", "1", "--concurrency", "1"]
+    code, out, err = cli(capsys, *args)
+    assert code == 2 and out == "" and not fake.bodies
+    assert err.count("\n") == 1 and err.startswith("error: --model not given") and "give --model NAME" in err, err
+
+
+def test_without_model_an_unreachable_server_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    for url in (f"http://127.0.0.1:{free_port()}", "http://[::1"):
+        code, _, err = cli(capsys, "bench", "--base-url", url, "--num-prompts", "1", "--concurrency", "1")
+        assert code == 2 and err.count("\n") == 1 and "--model not given" in err and "/v1/models" in err, err
+
+
+def test_bench_serving_flag_names_are_aliases(capsys: pytest.CaptureFixture[str], fake: FakeServer) -> None:
+    """--random-input-len, --random-output-len and --max-concurrency, as bench_serving spells them,
+    run the same benchmark as --isl, --osl and --concurrency."""
+    ours = bench_args(fake, "--num-prompts", "4", "--isl", "24", "--osl", "3", "--concurrency", "2", "--json")
+    theirs = bench_args(
+        fake, "--num-prompts", "4", "--random-input-len", "24", "--random-output-len", "3", "--max-concurrency", "2"
+    )
+    code, out, err = cli(capsys, *ours)
+    assert code == 0, err
+    sent = [b["prompt"] for b in fake.bodies]
+    fake.reset()
+    code, out2, err = cli(capsys, *theirs, "--json")
+    assert code == 0, err
+    assert [b["prompt"] for b in fake.bodies] == sent
+    a, b = json.loads(out), json.loads(out2)
+    assert (b["max_concurrency"], b["random_input_len"], b["random_output_len"]) == (2, 24, 3)
+    assert b["total_output_tokens"] == a["total_output_tokens"] == 12

@@ -76,6 +76,33 @@ def test_models_and_health(server: Server, client: Any) -> None:
     assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
 
 
+def test_the_model_list_reports_the_vocabulary_the_prompts_are_checked_against(server: Server) -> None:
+    """The embedded default has 4,096 token ids: /v1/models says so (beyond OpenAI's schema, for
+    `tokenmill bench`), and the completions route takes id 4,095 and refuses 4,096."""
+    (entry,) = httpx.get(f"{server.url}/v1/models", timeout=10).json()["data"]
+    assert entry["vocab_size"] == 4096
+    body = {"model": "tiny", "max_tokens": 1}
+    assert httpx.post(f"{server.url}/v1/completions", json=body | {"prompt": [4095]}, timeout=60).status_code == 200
+    refused = httpx.post(f"{server.url}/v1/completions", json=body | {"prompt": [4096]}, timeout=60)
+    assert refused.status_code == 400 and "[0, 4096)" in refused.text
+
+
+def test_bench_needs_neither_model_nor_vocabulary_against_tokenmill_serve(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tokenmill bench` without --model or --tokenizer-vocab takes both from /v1/models: every
+    request succeeds (with 32,000, bench_serving's range, 16-token prompts would hold ids the
+    model refuses)."""
+    from tests.cli_helpers import cli
+
+    args = ["bench", "--base-url", server.url, "--num-prompts", "4", "--concurrency", "2", "--isl", "16"]
+    code, out, err = cli(capsys, *args, "--osl", "3", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["completed"] == 4 and summary["failed"] == 0, summary["errors"]
+    assert summary["model_id"] == "tiny" and summary["tokenizer_vocab"] == 4096
+
+
 def test_chat_and_completion_parse_with_the_official_client(client: Any) -> None:
     chat = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "Hello"}], max_tokens=8, temperature=0

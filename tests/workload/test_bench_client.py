@@ -57,6 +57,9 @@ class FakeServer:
         self.app = FastAPI()
         self.app.post("/v1/completions")(self._handle)
         self.app.post("/v1/chat/completions")(self._handle)
+        # what GET /v1/models answers: None is a 404 (a server without the route)
+        self.models: Any = None
+        self.app.get("/v1/models")(self._models)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
@@ -85,6 +88,12 @@ class FakeServer:
         self.bodies.clear()
         self.arrivals.clear()
         self.max_in_flight = 0
+        self.models = None
+
+    async def _models(self) -> Any:
+        if self.models is None:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        return JSONResponse(self.models)
 
     async def _handle(self, request: Request) -> Any:
         body = await request.json()

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from tokenmill.cli.options import JsonOpt, check_output
-from tokenmill.cli.traffic_options import ConcOpt, SeedOpt, TpotOpt, TtftOpt, WorkloadOpt, print_summary, slo_from_flags
+from tokenmill.cli.traffic_options import SeedOpt, TpotOpt, TtftOpt, WorkloadOpt, print_summary, slo_from_flags
 from tokenmill.errors import TokenmillError
 
 #: Multi-turn workloads are generated with more and more sessions until they hold --num-prompts turns.
@@ -84,27 +84,71 @@ def _build_workload(
     return select_requests(wl, num_prompts, min_sessions=min_sessions, concurrency=clients)
 
 
+def _model_and_vocab(base_url: str, model: str | None, vocab: int | None) -> tuple[str, int]:
+    """``--model`` and ``--tokenizer-vocab``, each from the server's ``/v1/models`` where not given:
+    the first model it lists, and that model's ``vocab_size`` where it reports one (else
+    ``DEFAULT_VOCAB``). Without ``--model`` a server that does not list one is an error; with it,
+    an unreachable server is left to fail the requests, as it would without the question."""
+    from tokenmill.workload.bench_client import DEFAULT_VOCAB, check_base_url, reported_vocab, served_models
+
+    if model is not None and vocab is not None:
+        return model, vocab
+    check_base_url(base_url)
+    try:
+        entries = served_models(base_url)
+    except TokenmillError as exc:
+        if model is None:
+            raise TokenmillError(f"--model not given, and {exc}; give --model NAME") from None
+        entries = []
+    if model is None:
+        if not entries:
+            raise TokenmillError("--model not given, and the server's /v1/models lists no model; give --model NAME")
+        model = str(entries[0]["id"])
+    if vocab is None:
+        vocab = reported_vocab(entries, model) or DEFAULT_VOCAB
+    return model, vocab
+
+
 def bench(
     base_url: Annotated[str, typer.Option("--base-url", help="Server root, e.g. http://127.0.0.1:30000.")],
-    model: Annotated[str, typer.Option("--model", help="Model name sent in each request.")],
     num_prompts: Annotated[int, typer.Option("--num-prompts", help="Requests to send (turns, for sessions).")],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="Model name sent in each request; default: the first model the server's /v1/models lists."
+        ),
+    ] = None,
     workload: WorkloadOpt = "random",
-    concurrency: ConcOpt = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency",
+            "--max-concurrency",
+            help="Closed loop: requests in flight (bench_serving's --max-concurrency).",
+            show_default=False,
+        ),
+    ] = None,
     request_rate: Annotated[
         float | None,
         typer.Option("--request-rate", help="Poisson arrivals per second (sessions/s for multi-turn); inf = all at 0."),
     ] = None,
     seed: SeedOpt = 0,
     endpoint: Annotated[str, typer.Option("--endpoint", help="completions (token-id prompts) | chat.")] = "completions",
-    isl: Annotated[int, typer.Option("--isl", help="random: input length.")] = 1024,
-    osl: Annotated[int, typer.Option("--osl", help="random: output length.")] = 1024,
+    isl: Annotated[int, typer.Option("--isl", "--random-input-len", help="random: input length.")] = 1024,
+    osl: Annotated[int, typer.Option("--osl", "--random-output-len", help="random: output length.")] = 1024,
     range_ratio: Annotated[
         float, typer.Option("--random-range-ratio", help="random: lengths uniform in [r·len, len].")
     ] = 1.0,
     turns: Annotated[int, typer.Option("--turns", help="long-session: turns per session.")] = 4,
     tokenizer_vocab: Annotated[
-        int, typer.Option("--tokenizer-vocab", help="Synthetic token ids are drawn from [0, V).")
-    ] = 32_000,
+        int | None,
+        typer.Option(
+            "--tokenizer-vocab",
+            help="Synthetic token ids are drawn from [0, V); default: the vocab_size the server's /v1/models "
+            "reports for the model (tokenmill serve does), else 32,000.",
+            show_default=False,
+        ),
+    ] = None,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="Per-request limit (s); past it, an error.")] = 600.0,
     slo_ttft_ms: TtftOpt = 2000.0,
     slo_tpot_ms: TpotOpt = 25.0,
@@ -138,7 +182,8 @@ def bench(
     _check("--random-range-ratio", 0 <= range_ratio <= 1, "between 0 and 1", range_ratio)
     _check("--turns", turns >= 1, "a positive integer", turns)
     _check("--timeout-s", timeout_s > 0 and math.isfinite(timeout_s), "a finite number > 0", timeout_s)
-    _check("--tokenizer-vocab", tokenizer_vocab >= 2, "an integer >= 2", tokenizer_vocab)
+    if tokenizer_vocab is not None:
+        _check("--tokenizer-vocab", tokenizer_vocab >= 2, "an integer >= 2", tokenizer_vocab)
     _check("--seed", seed >= 0, "an integer >= 0", seed)
     _check("--num-warmups", 0 <= num_warmups <= MAX_REQUESTS, f"an integer from 0 to {MAX_REQUESTS:,}", num_warmups)
     slo = slo_from_flags(slo_ttft_ms, slo_tpot_ms)
@@ -146,9 +191,8 @@ def bench(
         import httpx  # noqa: F401
     except ImportError:
         raise TokenmillError("tokenmill bench needs httpx: pip install httpx") from None
-    config = BenchConfig(
-        base_url=base_url, model=model, endpoint=endpoint, seed=seed, vocab=tokenizer_vocab, timeout_s=timeout_s
-    )
+    model, vocab = _model_and_vocab(base_url, model, tokenizer_vocab)
+    config = BenchConfig(base_url=base_url, model=model, endpoint=endpoint, seed=seed, vocab=vocab, timeout_s=timeout_s)
     wl = _build_workload(workload, num_prompts, request_rate, concurrency, seed, isl, osl, range_ratio, turns)
     # The warm-up: the workload drawn again with seed + 1 (other prompts, so none of the timed ones
     # is in the server's prefix cache before it is sent), closed loop at --concurrency or all at once.
@@ -159,7 +203,7 @@ def bench(
             warm = _build_workload(workload, num_warmups, rate, concurrency, seed + 1, isl, osl, range_ratio, turns)
         except TokenmillError as exc:
             raise TokenmillError(str(exc).replace("--num-prompts", "--num-warmups")) from None
-    extra: dict[str, Any] = {"num_warmups": num_warmups}
+    extra: dict[str, Any] = {"num_warmups": num_warmups, "tokenizer_vocab": vocab}
     if workload == "random":
         extra |= {"random_input_len": isl, "random_output_len": osl, "random_range_ratio": range_ratio}
 

@@ -318,6 +318,9 @@ def create_app(
                         "created": 0,
                         "owned_by": "tokenmill",
                         "max_model_len": context_len,
+                        # not in OpenAI's schema: lets `tokenmill bench` draw token-id prompts
+                        # the model accepts without being told its vocabulary
+                        "vocab_size": llm.model.vocab_size,
                     }
                 ],
             }

@@ -101,8 +101,7 @@ class BenchConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
-            raise TokenmillError(f"--base-url must be an http:// or https:// URL (got {show(self.base_url)})")
+        check_base_url(self.base_url)
         if not isinstance(self.model, str) or not self.model.strip():
             raise TokenmillError("--model must be a non-empty model name")
         if self.endpoint not in ENDPOINTS:
@@ -114,15 +113,62 @@ class BenchConfig:
     @property
     def url(self) -> str:
         """The endpoint URL: ``base_url`` + ``/v1/completions`` (a ``/v1`` already there is kept)."""
-        base = self.base_url.rstrip("/")
-        if not base.endswith("/v1"):
-            base += "/v1"
-        return base + ("/completions" if self.endpoint == "completions" else "/chat/completions")
+        return v1_url(self.base_url, "completions" if self.endpoint == "completions" else "chat/completions")
 
     @property
     def backend(self) -> str:
         """bench_serving's backend name for the endpoint: ``openai`` or ``openai-chat``."""
         return "openai" if self.endpoint == "completions" else "openai-chat"
+
+
+def check_base_url(base_url: object) -> None:
+    """Refuse a ``--base-url`` that is not an http:// or https:// URL."""
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise TokenmillError(f"--base-url must be an http:// or https:// URL (got {show(base_url)})")
+
+
+def v1_url(base_url: str, route: str) -> str:
+    """``base_url`` + ``/v1/`` + ``route`` (a ``/v1`` the base already ends with is kept)."""
+    base = base_url.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return f"{base}/{route}"
+
+
+def served_models(base_url: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The entries of the server's ``GET /v1/models`` (each a dict with a non-empty ``id``), as
+    vLLM's bench client asks for them when no model is named. A server that cannot be reached,
+    answers anything but 200, or sends something other than an OpenAI model list is one
+    ``TokenmillError`` naming the URL."""
+    import httpx
+
+    url = v1_url(base_url, "models")
+    try:
+        response = httpx.get(url, timeout=timeout_s)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise TokenmillError(f"GET {url} failed ({type(exc).__name__}: {detail})") from None
+    if response.status_code != 200:
+        raise TokenmillError(f"GET {url} answered HTTP {response.status_code}")
+    try:
+        data = response.json().get("data")
+    except (ValueError, AttributeError):
+        data = None
+    if not isinstance(data, list):
+        raise TokenmillError(f"GET {url} did not answer an OpenAI model list")
+    return [e for e in data if isinstance(e, dict) and isinstance(e.get("id"), str) and e["id"].strip()]
+
+
+def reported_vocab(entries: Sequence[dict[str, Any]], model: str) -> int | None:
+    """The ``vocab_size`` the model list reports for ``model`` (``tokenmill serve`` does; OpenAI,
+    vLLM and SGLang do not), or None."""
+    for entry in entries:
+        if entry["id"] == model:
+            size = entry.get("vocab_size")
+            if isinstance(size, int) and not isinstance(size, bool) and size >= 2:
+                return size
+            return None
+    return None
 
 
 @dataclass(frozen=True)
