@@ -192,6 +192,7 @@ def test_non_hybrid_model_ignores_state_flags() -> None:
 def test_prefix_cache_off_disables_radix_cache_for_non_hybrid() -> None:
     cmds = _commands("llama-3.1-70b", "b300", 8, Layout(tp=8, prefix_cache=PrefixCache.OFF))
     assert "--enable-prefix-caching" not in _tokens(cmds.vllm)
+    assert "--no-enable-prefix-caching" in _tokens(cmds.vllm)  # vLLM's V1 engine caches by default
     assert "--disable-radix-cache" in _tokens(cmds.sglang)
 
 
@@ -200,6 +201,7 @@ def test_prefix_cache_off_for_hybrid() -> None:
     assert "--disable-radix-cache" in _tokens(cmds.sglang)
     assert "--mamba-radix-cache-strategy" not in _tokens(cmds.sglang)
     assert "--enable-prefix-caching" not in _tokens(cmds.vllm)
+    assert "--no-enable-prefix-caching" in _tokens(cmds.vllm)
 
 
 def test_state_dtype_bf16_flag() -> None:

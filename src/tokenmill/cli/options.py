@@ -8,6 +8,7 @@ exactly the same flags with the same help.
 import functools
 import inspect
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable
 from enum import Enum
@@ -279,6 +280,57 @@ _LAYOUT: list[tuple[str, Any, Any]] = [
     ),
 ]
 LAYOUT_KEYS = tuple(name for name, _, _ in _LAYOUT)
+_LAYOUT_DEFAULTS = {name: default for name, _, default in _LAYOUT}
+LaunchOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--launch",
+        help="An SGLang or vLLM launch command, quoted: its model, GPUs, parallel sizes, memory, cache "
+        "and speculation flags stand in for tokenmill's (a layout flag that disagrees is an error; "
+        "--model and --gpus, when given, win).",
+    ),
+]
+
+
+def _flag_name(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def apply_launch(text: str, kwargs: dict[str, Any], flags: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
+    """Fold a ``--launch`` command into a command's arguments (``kwargs``: model, gpus, backend
+    where the command has them; ``defaults``: their declared defaults) and its layout ``flags``, in
+    place; return the notes to print. A layout flag given on tokenmill's command line and set
+    otherwise by the launch command is refused: which of the two was meant is not ours to guess."""
+    from tokenmill.plan.launch_reading import read_launch
+
+    reading = read_launch(text)
+    for key, value in reading.flags.items():
+        given = flags.get(key, _LAYOUT_DEFAULTS[key])
+        if given != _LAYOUT_DEFAULTS[key] and given != value:
+            raise TokenmillError(
+                f"{_flag_name(key)} {given} disagrees with --launch, which sets it to {value}: give one of the two"
+            )
+        flags[key] = value
+    try:  # the reading's values through the checks of the flags they stand for, named as its own
+        layout_from_flags({**_LAYOUT_DEFAULTS, **flags}, reading.gpus)
+    except TokenmillError as exc:
+        if any(_flag_name(key) in str(exc) for key in reading.flags):
+            raise TokenmillError(f"--launch: {exc}") from None
+    notes: list[str] = list(reading.notes)
+    if "model" in kwargs and reading.model is not None:
+        if kwargs["model"] == defaults.get("model"):
+            kwargs["model"] = reading.model
+        elif kwargs["model"] != reading.model:
+            notes.append(f"--model {kwargs['model']} stands in for the command's {reading.model}")
+    if "gpus" in kwargs and kwargs["gpus"] == defaults.get("gpus"):
+        kwargs["gpus"] = reading.gpus
+    if "backend" in kwargs and kwargs["backend"] == defaults.get("backend"):
+        kwargs["backend"] = reading.engine
+    if reading.not_read:
+        notes.append("not read (no effect on memory or time): " + " ".join(reading.not_read))
+    if reading.not_modelled:
+        notes.append("not modelled: " + " ".join(reading.not_modelled))
+    return [f"--launch: {n}" for n in notes]
 
 
 def with_layout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -287,8 +339,9 @@ def with_layout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     params = [p for p in sig.parameters.values() if p.name != "layout_flags"]
     extra = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
-        for name, ann, default in _LAYOUT
+        for name, ann, default in [*_LAYOUT, ("launch", LaunchOpt, None)]
     ]
+    defaults = {p.name: p.default for p in params}
     positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
     keyword = [
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
@@ -299,7 +352,12 @@ def with_layout_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         flags = {k: kwargs.pop(k) for k in LAYOUT_KEYS if k in kwargs}
-        return fn(*args, layout_flags=flags, **kwargs)
+        launch = kwargs.pop("launch", None)
+        notes = apply_launch(launch, kwargs, flags, defaults) if launch is not None else []
+        result = fn(*args, layout_flags=flags, **kwargs)
+        for note in notes:  # after the answer: a command that refuses prints its one line alone
+            print(f"note: {note}", file=sys.stderr)
+        return result
 
     wrapper.__signature__ = sig.replace(parameters=[*positional, *keyword, *extra])  # type: ignore[attr-defined]
     return wrapper

@@ -132,8 +132,8 @@ def vllm_command(plan: MemoryPlan, nnodes: int) -> str:
         mem += ["--kv-cache-dtype", "fp8"]
     if m.is_hybrid and lay.state_dtype is not None:
         mem += ["--mamba-ssm-cache-dtype", "float32" if lay.state_dtype is StateDtype.FP32 else "bfloat16"]
-    if lay.prefix_cache is not PrefixCache.OFF:
-        mem += ["--enable-prefix-caching"]
+    # vLLM's V1 engine caches prefixes unless told not to: "off" has to say so
+    mem += ["--no-enable-prefix-caching" if lay.prefix_cache is PrefixCache.OFF else "--enable-prefix-caching"]
     parts.append(mem)
     spec = lay.speculative
     if spec.algorithm == "dspark":

@@ -16,7 +16,7 @@ from tokenmill.spec.config_reader import ConfigReader
 from tokenmill.spec.families import PARSERS
 from tokenmill.spec.formats import WeightFormat
 from tokenmill.spec.model import ModelSpec
-from tokenmill.spec.presets import PRESETS, Preset
+from tokenmill.spec.presets import PRESET_BY_HF_ID, PRESETS, Preset
 from tokenmill.spec.quantization import quant_rules
 from tokenmill.spec.requantize import parse_weight_format, requantize
 
@@ -104,6 +104,8 @@ def load_model(
     gemm = parse_weight_format(weight_format) if weight_format is not None else ""
     key = ref.strip().lower()
     preset: Preset | None = None
+    if key not in PRESETS and not path_exists(Path(ref)):
+        key = PRESET_BY_HF_ID.get(key, key)  # a launch command's --model-path names the Hugging Face id
     if key in PRESETS:
         preset = PRESETS[key]
         text = (resources.files("tokenmill.spec") / "presets" / preset.file).read_text()
@@ -115,7 +117,8 @@ def load_model(
         if not path_exists(path):
             known = ", ".join(sorted(PRESETS))
             raise TokenmillError(
-                f"--model {ref!r} is neither a preset ({known}) nor a config.json path or model directory"
+                f"--model {ref!r} is neither a preset ({known}), a preset's Hugging Face id, "
+                "nor a config.json path or model directory"
             )
         config = read_json_object(path)
         name = path.parent.name if path.name == "config.json" else path.stem.removesuffix("_config")

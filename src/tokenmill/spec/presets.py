@@ -96,3 +96,6 @@ PRESETS: dict[str, Preset] = {
 }
 
 DEFAULT_MODEL = "kimi-k3"
+
+#: A preset by its Hugging Face id, lower case (``moonshotai/kimi-k3`` → ``kimi-k3``).
+PRESET_BY_HF_ID: dict[str, str] = {p.hf_id.lower(): p.name for p in PRESETS.values()}
