@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 fastapi = pytest.importorskip("fastapi")
@@ -244,6 +245,35 @@ def test_latency_metrics_match_the_servers_delays(fake: FakeServer) -> None:
         assert key in s
     assert s["request_rate"] == "inf" and s["backend"] == "openai" and s["num_prompts"] == 2
     json.dumps(s, allow_nan=False)
+
+
+def test_summary_has_vllms_burstiness_and_the_asked_percentiles(fake: FakeServer) -> None:
+    """The p{P}_{metric}_ms keys from the outcomes' own times (numpy on them here, in ms), and
+    vLLM's ``burstiness`` key right after ``request_rate``."""
+    result = run(workload(4, out=5, concurrency=2), config(fake, "ttft=0.05;itl=0.01"))
+    s = bench_summary(
+        result,
+        config(fake),
+        SLO(),
+        dataset_name="t",
+        request_rate=3.0,
+        max_concurrency=2,
+        burstiness=2.0,
+        percentile_metrics=("ttft", "e2el"),
+        metric_percentiles=(50, 99.9),
+    )
+    ttft_ms = [1000 * (o.ttft_s or 0.0) for o in result.outcomes]
+    e2e_ms = [1000 * (o.e2e_s or 0.0) for o in result.outcomes]
+    assert min(ttft_ms) >= 45  # the fake server's 50 ms: real values, not the empty-series zeros
+    assert s["p50_ttft_ms"] == pytest.approx(float(np.percentile(ttft_ms, 50)), rel=1e-12)
+    assert s["p99.9_ttft_ms"] == pytest.approx(float(np.percentile(ttft_ms, 99.9)), rel=1e-12)
+    assert s["p50_e2el_ms"] == pytest.approx(float(np.percentile(e2e_ms, 50)), rel=1e-12)
+    assert s["p99.9_e2el_ms"] == pytest.approx(float(np.percentile(e2e_ms, 99.9)), rel=1e-12)
+    assert not {"p50_tpot_ms", "p50_itl_ms", "p99.9_itl_ms"} & set(s)
+    keys = list(s)
+    assert s["burstiness"] == 2.0 and keys.index("burstiness") == keys.index("request_rate") + 1
+    plain = bench_summary(result, config(fake), SLO(), dataset_name="t", request_rate=None, max_concurrency=2)
+    assert plain["burstiness"] == 1.0 and not any(k.startswith(("p50_", "p99.9_")) for k in plain)
 
 
 def test_slo_judge_is_the_simulators(fake: FakeServer) -> None:

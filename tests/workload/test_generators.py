@@ -5,11 +5,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from statistics import median
+from typing import Any
 
+import numpy as np
 import pytest
 
 from tokenmill.errors import TokenmillError
+from tokenmill.workload.catalog import WorkloadOptions, make_workload
 from tokenmill.workload.generators import (
     AGENTIC_BENCHMARKS,
     PROBE_PREFIX,
@@ -176,3 +180,85 @@ def test_agentic_tokens_per_run_are_calibrated() -> None:
     per_run = (w.total_prompt_tokens + w.total_output_tokens) / 600
     assert per_run == pytest.approx(bench.avg_tokens_per_run, rel=0.15)
     assert math.isfinite(per_run)
+
+
+#: The generators whose open-loop arrivals --burstiness shapes, each at a finite rate.
+BURSTY: dict[str, Callable[..., Workload]] = {
+    "fresh": lambda seed, **kw: fresh_requests(40, rate=2.0, seed=seed, **kw),
+    "long": lambda seed, **kw: long_sessions(6, 2, rate=0.5, seed=seed, **kw),
+    "random": lambda seed, **kw: random_requests(256, 16, 40, rate=2.0, seed=seed, **kw),
+    "agentic": lambda seed, **kw: agentic_sessions(6, rate=0.1, seed=seed, **kw),
+}
+
+
+def _sizes(w: Workload) -> list[tuple[str, int, int]]:
+    return sorted((r.request_id, r.prompt_tokens, r.output_tokens) for r in w.requests)
+
+
+@pytest.mark.parametrize("kind", sorted(BURSTY))
+def test_burstiness_one_leaves_each_generator_as_it_was(kind: str) -> None:
+    build = BURSTY[kind]
+    plain = build(3)
+    assert build(3, burstiness=1.0) == plain
+    bursty = build(3, burstiness=4.0)
+    assert bursty != plain and bursty == build(3, burstiness=4.0)
+    firsts = [r.arrival_s for r in bursty.requests if r.arrival_s is not None]
+    assert firsts and firsts != [r.arrival_s for r in plain.requests if r.arrival_s is not None]
+    assert _sizes(bursty) == _sizes(plain)  # sizes draw from their own seed stream
+
+
+def test_burstiness_one_keeps_the_recorded_random_arrivals() -> None:
+    """random_requests(64, 8, 4, rate=3.0, seed=4)'s send times as recorded before --burstiness."""
+    recorded = [0.0, 0.34236273979871906, 1.1224524844054657, 1.724356748922174]
+    assert [r.arrival_s for r in random_requests(64, 8, 4, rate=3.0, seed=4).requests] == recorded
+    assert [r.arrival_s for r in random_requests(64, 8, 4, rate=3.0, seed=4, burstiness=1.0).requests] == recorded
+
+
+def test_random_requests_burstiness_sets_the_spread_of_the_gaps() -> None:
+    for burstiness, cv in ((4.0, 0.5), (1.0, 1.0)):
+        w = random_requests(16, 2, 4_001, rate=2.0, seed=5, burstiness=burstiness)
+        gaps = np.diff([r.arrival_s or 0.0 for r in w.requests])
+        got = float(np.std(gaps) / np.mean(gaps))
+        assert abs(got - cv) < 0.04, f"CV {got:.4f} for burstiness {burstiness}: want {cv} ± 0.04"
+        assert float(np.mean(gaps)) == pytest.approx(0.5, rel=0.05), "mean gap 1/rate within 5 %"
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: random_requests(8, 2, 3, concurrency=2, burstiness=2.0), r"^burstiness 2 shapes .* finite rate$"),
+        (lambda: random_requests(8, 2, 3, burstiness=2.0), r"^burstiness 2 shapes .* finite rate$"),  # rate inf
+        (lambda: long_sessions(2, 2, burstiness=0.5), r"^burstiness 0.5 shapes .* finite rate$"),
+        (lambda: agentic_sessions(2, concurrency=1, burstiness=3.0), r"^burstiness 3 shapes .* finite rate$"),
+        (lambda: fresh_requests(3, rate=1.0, burstiness=0), r"^burstiness must be a finite number > 0"),
+        (lambda: fresh_requests(3, rate=1.0, burstiness=math.inf), r"^burstiness must be a finite number > 0"),
+    ],
+)
+def test_burstiness_without_gaps_to_shape_is_refused(build: Callable[[], Workload], message: str) -> None:
+    with pytest.raises(TokenmillError, match=message):
+        build()
+
+
+@pytest.mark.parametrize("name", ["random", "fresh", "agentic", "long-session"])
+def test_catalog_passes_burstiness_and_one_is_the_default(name: str) -> None:
+    opts = WorkloadOptions(rate=2.0, num_requests=12, seed=7)
+    plain = make_workload(name, opts)
+    assert make_workload(name, replace(opts, burstiness=1.0)) == plain
+    assert make_workload(name, replace(opts, burstiness=4.0)) != plain
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "message"),
+    [
+        ("interference", {"rate": 1.0, "burstiness": 2.0}, r"^--burstiness applies to --workload "),
+        ("trace:t.jsonl", {"rate": 1.0, "burstiness": 2.0}, r"^--burstiness applies to --workload "),
+        ("random", {"concurrency": 2, "burstiness": 2.0}, r"^--burstiness shapes .* needs a finite --rate$"),
+        ("random", {"rate": 1.0, "burstiness": math.nan}, r"^--burstiness must be a finite number > 0"),
+        ("random", {"rate": 1.0, "burstiness": -1.0}, r"^--burstiness must be a finite number > 0"),
+    ],
+)
+def test_catalog_refuses_a_burstiness_that_would_change_nothing(
+    name: str, changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(TokenmillError, match=message):
+        make_workload(name, replace(WorkloadOptions(num_requests=3), **changes))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tokenmill.errors import TokenmillError
-from tokenmill.workload.metrics import max_concurrent, summarize
+from tokenmill.workload.metrics import max_concurrent, percentile_key, summarize
 from tokenmill.workload.slo import SLO, RequestOutcome
 
 # 1: streamed, TTFT 1.0 s, TPOT (1.2 - 1.0)/8 = 25 ms -> meets the SLO
@@ -103,3 +103,72 @@ def test_empty_and_zero_duration() -> None:
 def test_back_to_back_requests_do_not_overlap() -> None:
     seq = [RequestOutcome("a", 0.0, 0.5, 1.0), RequestOutcome("b", 1.0, 1.5, 2.0)]
     assert max_concurrent(seq) == 1
+
+
+def test_requested_percentiles_are_added_with_vllms_names() -> None:
+    """vLLM's --percentile-metrics/--metric-percentiles keys, by hand from OUTCOMES (numpy's linear
+    interpolation between the two completed requests: p = lo + (p/100)·(hi − lo))."""
+    got = summarize(
+        OUTCOMES, 5.0, SLO(), percentile_metrics=("ttft", "tpot", "itl", "e2el"), metric_percentiles=(50, 99.9, 1.0)
+    )
+    expected = {
+        "p50_ttft_ms": 2050.0,  # ttft 1000 and 3100 ms
+        "p99.9_ttft_ms": 1000.0 + 0.999 * 2100.0,
+        "p1_ttft_ms": 1000.0 + 0.01 * 2100.0,
+        "p50_tpot_ms": 12.5,  # tpot 0 and 25 ms
+        "p99.9_tpot_ms": 0.999 * 25.0,
+        "p1_tpot_ms": 0.25,
+        "p50_itl_ms": 100.0,  # itl 100 and 100 ms
+        "p99.9_itl_ms": 100.0,
+        "p1_itl_ms": 100.0,
+        "p50_e2el_ms": 2150.0,  # e2e 1200 and 3100 ms
+        "p99.9_e2el_ms": 1200.0 + 0.999 * 1900.0,
+        "p1_e2el_ms": 1200.0 + 0.01 * 1900.0,
+    }
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, abs=1e-9), key
+    for key, value in EXPECTED.items():  # every fixed key keeps its value
+        assert got[key] == pytest.approx(value, abs=1e-9), key
+    keys = list(got)
+    assert keys[-5:] == ["concurrency", "max_concurrent_requests", "slo_attainment", "goodput", "request_goodput"]
+    assert not any(k.startswith(("p50_", "p1_", "p99.9_")) for k in summarize(OUTCOMES, 5.0, SLO()))
+
+
+def test_only_the_requested_metrics_get_percentile_keys_and_no_requests_give_zeros() -> None:
+    got = summarize(OUTCOMES, 5.0, percentile_metrics=("itl",), metric_percentiles=(75,))
+    assert got["p75_itl_ms"] == pytest.approx(100.0, abs=1e-9)
+    assert not {"p75_ttft_ms", "p75_tpot_ms", "p75_e2el_ms", "p75_e2e_latency_ms"} & set(got)
+    empty = summarize([], 0.0, percentile_metrics=("ttft", "e2el"), metric_percentiles=(50, 99.9))
+    assert {k: empty[k] for k in ("p50_ttft_ms", "p99.9_ttft_ms", "p50_e2el_ms", "p99.9_e2el_ms")} == {
+        "p50_ttft_ms": 0.0,
+        "p99.9_ttft_ms": 0.0,
+        "p50_e2el_ms": 0.0,
+        "p99.9_e2el_ms": 0.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("percentile", "key"),
+    [(99, "p99_ttft_ms"), (99.0, "p99_ttft_ms"), (99.9, "p99.9_ttft_ms"), (50, "p50_ttft_ms"), (0.5, "p0.5_ttft_ms")],
+)
+def test_percentile_keys_are_spelled_as_vllm_spells_them(percentile: float, key: str) -> None:
+    assert percentile_key("ttft", percentile) == key
+
+
+@pytest.mark.parametrize(
+    ("metrics", "percentiles", "flag"),
+    [
+        (("ttft", "e2e_latency"), (99,), "--percentile-metrics"),
+        (("",), (99,), "--percentile-metrics"),
+        (("ttft",), (0,), "--metric-percentiles"),
+        (("ttft",), (100,), "--metric-percentiles"),
+        (("ttft",), (-1,), "--metric-percentiles"),
+        (("ttft",), (float("nan"),), "--metric-percentiles"),
+        (("ttft",), (float("inf"),), "--metric-percentiles"),
+    ],
+)
+def test_bad_percentile_requests_name_the_flag(
+    metrics: tuple[str, ...], percentiles: tuple[float, ...], flag: str
+) -> None:
+    with pytest.raises(TokenmillError, match=rf"^{flag} must be"):
+        summarize(OUTCOMES, 5.0, percentile_metrics=metrics, metric_percentiles=percentiles)

@@ -5,14 +5,23 @@ The server may be tokenmill's, SGLang's or vLLM's. Requests carry ``ignore_eos``
 rejects unknown fields fails every request with its 400 message in ``errors``. Prompts are
 synthetic (``tokenmill.workload.bench_client``). The summary has bench_serving's keys, vLLM's
 ``request_goodput`` and ``total_token_throughput``, and the simulator's SLO judge.
+
+The command line InferenceX runs with vLLM's client (reference §5.2) runs here as typed:
+``--dataset-name``, ``--random-input-len``, ``--random-output-len`` and ``--max-concurrency`` are
+second names of ``--workload``, ``--isl``, ``--osl`` and ``--concurrency``; ``--ignore-eos`` is
+accepted (always on); ``--percentile-metrics``/``--metric-percentiles`` add vLLM's
+``p{P}_{metric}_ms`` keys; ``--save-result`` (with ``--result-dir``/``--result-filename``) writes
+what ``--output-file`` writes, under vLLM's file name; ``--burstiness`` gives Gamma gaps.
 """
 
 import json
 import math
+import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 
@@ -22,11 +31,99 @@ from tokenmill.errors import TokenmillError
 
 #: Multi-turn workloads are generated with more and more sessions until they hold --num-prompts turns.
 _SESSION_WORKLOADS = ("agentic",)
+#: vLLM's defaults for the one of --percentile-metrics / --metric-percentiles that is not given.
+_DEFAULT_PERCENTILE_METRICS = "ttft,tpot,itl"
+_DEFAULT_METRIC_PERCENTILES = "99"
+#: --dataset-name is --workload under bench_serving's name: one option, the shared flag's help.
+_WORKLOAD_HELP = get_args(WorkloadOpt)[1].help
 
 
 def _check(flag: str, ok: bool, what: str, got: object) -> None:
     if not ok:
         raise TokenmillError(f"{flag} must be {what} (got {got})")
+
+
+def _percentile_flags(metrics: str | None, percentiles: str | None) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """``--percentile-metrics`` and ``--metric-percentiles`` as (metrics, percentiles), each in
+    the order given without repeats; () and () when neither is given (the summary's fixed keys
+    only), vLLM's default for the one left out otherwise. A bad item is a one-line error naming the
+    flag, before the run rather than after it."""
+    if metrics is None and percentiles is None:
+        return (), ()
+    from tokenmill.workload.metrics import PERCENTILE_METRICS
+
+    def got(item: str, text: str) -> str:
+        return f"got {text!r}" if "," not in text else f"got {item.strip()!r} in {text!r}"
+
+    allowed = ",".join(PERCENTILE_METRICS)
+    text = metrics if metrics is not None else _DEFAULT_PERCENTILE_METRICS
+    names = [m.strip() for m in text.split(",")]
+    bad = [m for m in names if m not in PERCENTILE_METRICS]
+    if bad:
+        raise TokenmillError(f"--percentile-metrics must be a comma-separated list of {allowed} ({got(bad[0], text)})")
+    text = percentiles if percentiles is not None else _DEFAULT_METRIC_PERCENTILES
+    values: list[float] = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            value = math.nan
+        if not 0 < value < 100:  # also refuses nan, inf and an empty item
+            raise TokenmillError(
+                "--metric-percentiles must be a comma-separated list of numbers strictly between 0 and 100 "
+                f"({got(item, text)})"
+            )
+        values.append(value)
+    return tuple(dict.fromkeys(names)), tuple(dict.fromkeys(values))
+
+
+def _check_save_result(
+    save_result: bool, result_dir: Path | None, result_filename: str | None, output_file: Path | None
+) -> None:
+    """What can be checked of ``--save-result``'s target before the model name is known: the flags
+    go together, the folder exists and is writable, a given file name is a plain name. vLLM
+    creates a missing ``--result-dir``; here it is refused, as ``--output-file`` refuses a missing
+    folder, since a mistyped directory more often means a lost result than a wanted new one."""
+    if save_result and output_file is not None:
+        raise TokenmillError("--output-file and --save-result both write the results: give one")
+    if not save_result:
+        for flag, value in (("--result-dir", result_dir), ("--result-filename", result_filename)):
+            if value is not None:
+                raise TokenmillError(f"{flag} names where --save-result writes: give --save-result too")
+        return
+    if result_filename is not None and (
+        result_filename.strip() in ("", ".", "..") or any(sep and sep in result_filename for sep in (os.sep, os.altsep))
+    ):
+        raise TokenmillError(
+            f"--result-filename must be a file name, not a path (got {result_filename!r}); the folder is --result-dir"
+        )
+    folder = result_dir if result_dir is not None else Path(".")
+    if not folder.is_dir():
+        raise TokenmillError(f"--result-dir: no such directory {folder}")
+    if not os.access(folder, os.W_OK):
+        raise TokenmillError(f"--result-dir: cannot write in {folder}: permission denied")
+
+
+def _result_path(
+    result_dir: Path | None,
+    result_filename: str | None,
+    backend: str,
+    request_rate: float | None,
+    max_concurrency: int | None,
+    model: str,
+) -> Path:
+    """Where ``--save-result`` writes: ``--result-filename`` in ``--result-dir`` (default: the
+    current directory), or vLLM's name
+    ``{backend}-{request_rate}qps[-concurrency{C}]-{model basename}-{YYYYMMDD-HHMMSS}.json``, the
+    rate as vLLM's float prints (``inf``, ``2.0``), so InferenceX-style scripts that glob for it
+    find it. The time is taken here, before the run, so the name checked is the name written."""
+    folder = result_dir if result_dir is not None else Path(".")
+    if result_filename is not None:
+        return folder / result_filename
+    rate = "inf" if request_rate is None else str(float(request_rate))
+    conc = f"-concurrency{max_concurrency}" if max_concurrency is not None else ""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return folder / f"{backend}-{rate}qps{conc}-{model.split('/')[-1]}-{stamp}.json"
 
 
 def _build_workload(
@@ -39,8 +136,10 @@ def _build_workload(
     osl: int,
     range_ratio: float,
     turns: int,
+    burstiness: float = 1.0,
 ) -> Any:
-    """The workload's first ``num_prompts`` requests (see ``select_requests``), paced by rate/concurrency."""
+    """The workload's first ``num_prompts`` requests (see ``select_requests``), paced by
+    rate/concurrency; a finite rate's gaps are Gamma with shape ``burstiness`` (1: Poisson)."""
     from tokenmill.workload.bench_client import select_requests
     from tokenmill.workload.catalog import WorkloadOptions, make_workload
 
@@ -65,6 +164,7 @@ def _build_workload(
             range_ratio=range_ratio,
             sessions=sessions,
             turns=turns,
+            burstiness=burstiness,
         )
         return make_workload(name, opts)
 
@@ -118,7 +218,7 @@ def bench(
             "--model", help="Model name sent in each request; default: the first model the server's /v1/models lists."
         ),
     ] = None,
-    workload: WorkloadOpt = "random",
+    workload: Annotated[str, typer.Option("--workload", "--dataset-name", help=_WORKLOAD_HELP)] = "random",
     concurrency: Annotated[
         int | None,
         typer.Option(
@@ -130,7 +230,21 @@ def bench(
     ] = None,
     request_rate: Annotated[
         float | None,
-        typer.Option("--request-rate", help="Poisson arrivals per second (sessions/s for multi-turn); inf = all at 0."),
+        typer.Option(
+            "--request-rate",
+            help="Poisson arrivals per second (sessions/s for multi-turn); inf = all at 0. See --burstiness.",
+        ),
+    ] = None,
+    burstiness: Annotated[
+        float | None,
+        typer.Option(
+            "--burstiness",
+            help="With a finite --request-rate: gaps ~ Gamma(shape=B, scale=1/(rate·B)), mean 1/rate, "
+            "coefficient of variation 1/√B; 1 = Poisson, larger = more regular, smaller = burstier "
+            "(vLLM's --burstiness; unlike vLLM, N requests are not rescaled to span exactly N/rate). "
+            "[default: 1]",
+            show_default=False,
+        ),
     ] = None,
     seed: SeedOpt = 0,
     endpoint: Annotated[str, typer.Option("--endpoint", help="completions (token-id prompts) | chat.")] = "completions",
@@ -155,6 +269,54 @@ def bench(
     output_file: Annotated[
         Path | None, typer.Option("--output-file", help="Write the summary and per-request details (JSON).")
     ] = None,
+    save_result: Annotated[
+        bool,
+        typer.Option(
+            "--save-result",
+            help="Write what --output-file writes to --result-dir/--result-filename (vLLM's --save-result).",
+        ),
+    ] = False,
+    result_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--result-dir", help="--save-result: an existing folder to write in. [default: .]", show_default=False
+        ),
+    ] = None,
+    result_filename: Annotated[
+        str | None,
+        typer.Option(
+            "--result-filename",
+            help="--save-result: the file name; default vLLM's "
+            "{backend}-{rate}qps[-concurrency{C}]-{model basename}-{YYYYMMDD-HHMMSS}.json.",
+            show_default=False,
+        ),
+    ] = None,
+    ignore_eos: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-eos",
+            help="Always on: every request carries ignore_eos: true and min_tokens = max_tokens, so answers "
+            "have the workload's lengths; the flag is accepted for bench_serving's command line.",
+        ),
+    ] = False,
+    percentile_metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--percentile-metrics",
+            help="Add p{P}_{metric}_ms keys for these of ttft,tpot,itl,e2el (vLLM's flag; default with "
+            "--metric-percentiles: ttft,tpot,itl). The mean/median/std/p90/p95/p99 keys are always there.",
+            show_default=False,
+        ),
+    ] = None,
+    metric_percentiles: Annotated[
+        str | None,
+        typer.Option(
+            "--metric-percentiles",
+            help="The percentiles P of --percentile-metrics, comma-separated, each in (0, 100), e.g. 50,99.9 "
+            "(vLLM's flag; default with --percentile-metrics: 99).",
+            show_default=False,
+        ),
+    ] = None,
     num_warmups: Annotated[
         int,
         typer.Option(
@@ -168,13 +330,31 @@ def bench(
     """Benchmark an OpenAI-compatible server: bench_serving's summary, goodput and SLO attainment."""
     from tokenmill.workload.arrivals import MAX_REQUESTS
     from tokenmill.workload.bench_client import BenchConfig, bench_summary, request_details, run
+    from tokenmill.workload.catalog import BURSTY_WORKLOADS, WORKLOADS
 
+    del ignore_eos  # always on (see its help): nothing to do
     _check("--num-prompts", 1 <= num_prompts <= MAX_REQUESTS, f"an integer from 1 to {MAX_REQUESTS:,}", num_prompts)
+    if workload not in WORKLOADS and not workload.startswith("trace:"):
+        raise TokenmillError(f"--workload (--dataset-name) must be one of {'|'.join(WORKLOADS)} (got {workload!r})")
     check_output("--output-file", output_file)  # before the run, not found unwritable after it
+    _check_save_result(save_result, result_dir, result_filename, output_file)
+    pct_metrics, pct_values = _percentile_flags(percentile_metrics, metric_percentiles)
     if concurrency is not None:
         _check("--concurrency", concurrency >= 1, "a positive integer", concurrency)
     if request_rate is not None:
         _check("--request-rate", request_rate > 0, "> 0 (or inf)", request_rate)
+    if burstiness is not None:
+        _check("--burstiness", 0 < burstiness < math.inf, "a finite number > 0", burstiness)
+        if request_rate is None or math.isinf(request_rate):
+            raise TokenmillError(
+                "--burstiness shapes the gaps between arrivals: it needs a finite --request-rate "
+                f"(got {'none' if request_rate is None else request_rate})"
+            )
+        if burstiness != 1.0 and workload not in BURSTY_WORKLOADS:
+            raise TokenmillError(
+                f"--burstiness applies to --workload {'|'.join(BURSTY_WORKLOADS)}, whose arrivals it draws "
+                f"(got {workload!r})"
+            )
     if concurrency is None and request_rate is None and not workload.startswith("trace:"):
         raise TokenmillError("give --concurrency C (closed loop) or --request-rate R (Poisson), or both")
     _check("--isl", isl >= 1, "a positive integer", isl)
@@ -193,7 +373,14 @@ def bench(
         raise TokenmillError("tokenmill bench needs httpx: pip install httpx") from None
     model, vocab = _model_and_vocab(base_url, model, tokenizer_vocab)
     config = BenchConfig(base_url=base_url, model=model, endpoint=endpoint, seed=seed, vocab=vocab, timeout_s=timeout_s)
-    wl = _build_workload(workload, num_prompts, request_rate, concurrency, seed, isl, osl, range_ratio, turns)
+    saved = None
+    if save_result:  # the whole target, now that the model is known: before the run, not after it
+        saved = _result_path(result_dir, result_filename, config.backend, request_rate, concurrency, model)
+        check_output("--save-result", saved)
+    bursts = burstiness if burstiness is not None else 1.0
+    wl = _build_workload(
+        workload, num_prompts, request_rate, concurrency, seed, isl, osl, range_ratio, turns, burstiness=bursts
+    )
     # The warm-up: the workload drawn again with seed + 1 (other prompts, so none of the timed ones
     # is in the server's prefix cache before it is sent), closed loop at --concurrency or all at once.
     warm = None
@@ -225,17 +412,29 @@ def bench(
         task = progress.add_task(f"bench {workload}", total=len(wl.requests))
         result = run(wl, config, on_done=lambda _o: progress.advance(task))
     summary = bench_summary(
-        result, config, slo, dataset_name=workload, request_rate=request_rate, max_concurrency=concurrency, extra=extra
+        result,
+        config,
+        slo,
+        dataset_name=workload,
+        request_rate=request_rate,
+        max_concurrency=concurrency,
+        extra=extra,
+        burstiness=bursts,
+        percentile_metrics=pct_metrics,
+        metric_percentiles=pct_values,
     )
-    if output_file is not None:
-        try:
-            output_file.write_text(json.dumps(summary | request_details(result), indent=2) + "\n")
-        except OSError as exc:
-            raise TokenmillError(f"--output-file {str(output_file)!r}: {exc.strerror or exc}") from None
+    for flag, path in (("--output-file", output_file), ("--save-result", saved)):
+        if path is not None:
+            try:
+                path.write_text(json.dumps(summary | request_details(result), indent=2) + "\n")
+            except OSError as exc:
+                raise TokenmillError(f"{flag} {str(path)!r}: {exc.strerror or exc}") from None
     if json_out:
         print(json.dumps(summary, indent=2))
         return
     print_summary(summary, f"{model} at {config.url}: {workload}, {len(wl.requests)} requests")
+    if saved is not None:  # its name has the time in it: say which file it is
+        print(f"results saved to {saved}", file=sys.stderr)
     if summary["errors"]:
         distinct = list(dict.fromkeys(e.split(": ", 1)[1] for e in summary["errors"]))
         print(f"{len(summary['errors'])} requests failed; errors:", file=sys.stderr)

@@ -564,11 +564,16 @@ def bench_summary(
     request_rate: float | None,
     max_concurrency: int | None,
     extra: dict[str, Any] | None = None,
+    burstiness: float = 1.0,
+    percentile_metrics: Sequence[str] = (),
+    metric_percentiles: Sequence[float] = (),
 ) -> dict[str, Any]:
     """bench_serving's result object: run description, then ``summarize``'s metrics, then errors.
 
     ``request_rate`` None or inf is written ``"inf"`` (as vLLM does; JSON has no infinity);
-    ``max_concurrency`` None means no cap. ``errors`` lists the failed requests' messages.
+    ``burstiness`` is written as vLLM writes it (1.0 for Poisson, and for runs without a rate);
+    ``max_concurrency`` None means no cap. ``percentile_metrics`` × ``metric_percentiles`` add
+    vLLM's ``p{P}_{metric}_ms`` keys (``summarize``). ``errors`` lists the failed requests' messages.
     """
     rate: float | str = "inf" if request_rate is None or math.isinf(request_rate) else request_rate
     out: dict[str, Any] = {
@@ -579,13 +584,20 @@ def bench_summary(
         "dataset_name": dataset_name,
         "num_prompts": len(result.outcomes),
         "request_rate": rate,
+        "burstiness": burstiness,
         "max_concurrency": max_concurrency,
         "seed": config.seed,
         "slo_ttft_ms": slo.ttft_ms,
         "slo_tpot_ms": slo.tpot_ms,
     }
     out |= extra or {}
-    out |= summarize(result.outcomes, result.duration_s, slo)
+    out |= summarize(
+        result.outcomes,
+        result.duration_s,
+        slo,
+        percentile_metrics=percentile_metrics,
+        metric_percentiles=metric_percentiles,
+    )
     out["max_in_flight"] = result.max_in_flight
     out["errors"] = [f"{o.request_id}: {o.error}" for o in result.outcomes if o.error is not None]
     return out

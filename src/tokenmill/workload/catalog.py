@@ -16,6 +16,9 @@ WORKLOADS = ("fresh", "long-session", "random", "agentic", "interference", "trac
 
 @dataclass(frozen=True)
 class WorkloadOptions:
+    """The flags a named workload is built from. ``burstiness`` is vLLM's ``--burstiness``: the
+    shape of the Gamma gaps between open-loop arrivals at ``rate`` (1 = Poisson, the default)."""
+
     rate: float | None = None
     concurrency: int | None = None
     duration_s: float | None = None
@@ -28,6 +31,27 @@ class WorkloadOptions:
     sessions: int = 4
     turns: int = 4
     probe_tokens: int = 8400
+    burstiness: float = 1.0
+
+
+#: The workloads whose open-loop arrivals ``--burstiness`` shapes; ``interference`` has a fixed
+#: schedule and ``trace:PATH`` replays or re-draws its sessions' starts elsewhere (``traces``).
+BURSTY_WORKLOADS = ("fresh", "long-session", "random", "agentic")
+
+
+def _check_burstiness(name: str, opts: WorkloadOptions) -> None:
+    """Refuse a ``--burstiness`` that would change nothing: not a finite number > 0, or other
+    than 1 without a finite ``--rate`` (closed loop has no gaps) or for a workload whose arrivals
+    it does not draw. Silently ignoring it would report a burstiness the run did not have."""
+    b = opts.burstiness
+    if isinstance(b, bool) or not isinstance(b, int | float) or not 0 < b < math.inf:  # also refuses nan
+        raise TokenmillError(f"--burstiness must be a finite number > 0 (got {b!r})")
+    if b == 1.0:
+        return
+    if opts.rate is None:
+        raise TokenmillError("--burstiness shapes the gaps between arrivals: it needs a finite --rate")
+    if name not in BURSTY_WORKLOADS:
+        raise TokenmillError(f"--burstiness applies to --workload {'|'.join(BURSTY_WORKLOADS)} (got {name!r})")
 
 
 def make_workload(name: str, opts: WorkloadOptions) -> Workload:
@@ -51,17 +75,23 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
     check_int("--sessions", opts.sessions, 1)
     check_int("--turns", opts.turns, 1)
     check_fraction("--random-range-ratio", opts.range_ratio)
+    _check_burstiness(name, opts)
     n, dur = opts.num_requests, opts.duration_s
     if name == "fresh":
         if opts.concurrency is not None:
             return gen.fresh_requests(
                 n or 200, concurrency=opts.concurrency, seed=opts.seed, block_tokens=opts.block_tokens
-            )
+            )  # closed loop: _check_burstiness has refused a burstiness other than 1
         rate = opts.rate if opts.rate is not None else 1.0
         if n is None and dur is None:
             dur = 240.0
         return gen.fresh_requests(
-            n, rate=rate, duration_s=dur if n is None else None, seed=opts.seed, block_tokens=opts.block_tokens
+            n,
+            rate=rate,
+            duration_s=dur if n is None else None,
+            seed=opts.seed,
+            block_tokens=opts.block_tokens,
+            burstiness=opts.burstiness,
         )
     if name == "long-session":
         if opts.sessions * opts.turns > MAX_REQUESTS:
@@ -71,7 +101,12 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
                 f"at most {MAX_REQUESTS:,} are generated"
             )
         return gen.long_sessions(
-            opts.sessions, opts.turns, rate=opts.rate, seed=opts.seed, block_tokens=opts.block_tokens
+            opts.sessions,
+            opts.turns,
+            rate=opts.rate,
+            seed=opts.seed,
+            block_tokens=opts.block_tokens,
+            burstiness=opts.burstiness,
         )
     if name == "random":
         count = n or (int(min((dur or 60.0) * opts.rate, MAX_REQUESTS + 1)) if opts.rate else 100)
@@ -88,11 +123,17 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
             concurrency=opts.concurrency,
             seed=opts.seed,
             block_tokens=opts.block_tokens,
+            burstiness=opts.burstiness,
         )
     if name == "agentic":
         sessions = n or 20
         return gen.agentic_sessions(
-            sessions, rate=opts.rate, concurrency=opts.concurrency, seed=opts.seed, block_tokens=opts.block_tokens
+            sessions,
+            rate=opts.rate,
+            concurrency=opts.concurrency,
+            seed=opts.seed,
+            block_tokens=opts.block_tokens,
+            burstiness=opts.burstiness,
         )
     if name == "interference":
         return gen.interference(probe_prompt_tokens=opts.probe_tokens, seed=opts.seed, block_tokens=opts.block_tokens)

@@ -62,6 +62,16 @@ def lognormal_mu_for_clipped_mean(mean: float, sigma: float, lo: float, hi: floa
     return (left + right) / 2
 
 
+def _check_burstiness(burstiness: float, rate: float | None) -> float:
+    """``burstiness`` as a finite float > 0, refused unless 1 where no finite ``rate`` paces the
+    arrivals: closed loop and ``rate = inf`` have no gaps to shape, and a value that changes
+    nothing should not look as if it had."""
+    b = check_positive("burstiness", burstiness)
+    if b != 1.0 and (rate is None or math.isinf(rate)):
+        raise TokenmillError(f"burstiness {b:g} shapes the gaps of open-loop arrivals: it needs a finite rate")
+    return b
+
+
 def _plan_arrivals(
     n: int | None,
     rate: float | None,
@@ -70,19 +80,24 @@ def _plan_arrivals(
     seed: int,
     *,
     default_rate: float | None = None,
+    burstiness: float = 1.0,
 ) -> tuple[int, list[float | None], int | None]:
-    """How many requests (or sessions) and their first-send times, open or closed loop."""
+    """How many requests (or sessions) and their first-send times, open or closed loop.
+
+    Open-loop gaps are exponential, or Gamma with ``burstiness`` ≠ 1 (see ``poisson_arrivals``).
+    """
     if concurrency is not None:
         check_int("concurrency", concurrency, 1)
     if rate is None and concurrency is None:
         if default_rate is None:
             raise TokenmillError("give rate (open loop, requests/s) or concurrency (closed loop)")
         rate = default_rate
+    _check_burstiness(burstiness, rate)
     if rate is None:
         if n is None or duration_s is not None:
             raise TokenmillError("closed loop (concurrency) needs n and no duration_s")
         return check_int("n", n, 0), [None] * n, concurrency
-    times = poisson_arrivals(rate, n=n, duration_s=duration_s, seed=_subseed(seed, 1))
+    times = poisson_arrivals(rate, n=n, duration_s=duration_s, seed=_subseed(seed, 1), burstiness=burstiness)
     return len(times), [float(t) for t in times], concurrency
 
 
@@ -109,6 +124,7 @@ def fresh_requests(
     seed: int = 0,
     block_tokens: int = 64,
     name: str = "fresh",
+    burstiness: float = 1.0,
 ) -> Workload:
     """The seed's *fresh request* (§1.4): one coding-agent call that shares no prefix.
 
@@ -121,8 +137,9 @@ def fresh_requests(
       text, lognormal with median 400 and sigma 0.6 clipped to [1, ``max_output_tokens`` = 512]
       (about 35 % of text answers hit the 512 cap).
     - Content: every request is its own token stream, so no two share a block.
-    - Arrivals: Poisson at ``rate`` (with ``n`` or ``duration_s``), or closed loop at
-      ``concurrency`` with ``n``; both give bench_serving's rate plus a concurrency cap.
+    - Arrivals: Poisson at ``rate`` (with ``n`` or ``duration_s``; Gamma gaps with
+      ``burstiness`` ≠ 1, vLLM's ``--burstiness``), or closed loop at ``concurrency`` with ``n``;
+      both give bench_serving's rate plus a concurrency cap.
     """
     check_int("seed", seed, 0)
     check_positive("mean_prompt_tokens", mean_prompt_tokens)
@@ -136,7 +153,7 @@ def fresh_requests(
     tool_lo, tool_hi = tool_output_tokens
     check_int("tool_output_tokens[0]", tool_lo, 1)
     check_int("tool_output_tokens[1]", tool_hi, tool_lo)
-    count, arrivals, conc = _plan_arrivals(n, rate, duration_s, concurrency, seed)
+    count, arrivals, conc = _plan_arrivals(n, rate, duration_s, concurrency, seed, burstiness=burstiness)
 
     mu = lognormal_mu_for_clipped_mean(mean_prompt_tokens, prompt_sigma, min_prompt_tokens, max_prompt_tokens)
     rng = np.random.default_rng(_subseed(seed, 0))
@@ -175,6 +192,7 @@ def long_sessions(
     seed: int = 0,
     block_tokens: int = 64,
     name: str = "long-sessions",
+    burstiness: float = 1.0,
 ) -> Workload:
     """The seed's *long session* (§1.4, §2.3): a huge history, then short returning turns.
 
@@ -186,7 +204,8 @@ def long_sessions(
     The answer length (512, the fresh request's cap) and think time (0: the next turn goes as
     soon as the previous completes) are not in the seed; both are parameters.
 
-    Sessions all start at t = 0 as in the seed, or Poisson at ``rate`` sessions/s.
+    Sessions all start at t = 0 as in the seed, or Poisson at ``rate`` sessions/s (Gamma gaps
+    with ``burstiness`` ≠ 1, as ``poisson_arrivals`` draws them).
     """
     check_int("seed", seed, 0)
     check_int("num_sessions", num_sessions, 0)
@@ -203,9 +222,11 @@ def long_sessions(
     spread = check_fraction("spread", spread)
     if spread >= 1:
         raise TokenmillError(f"spread must be < 1 (got {spread})")
+    _check_burstiness(burstiness, rate)
     starts = [0.0] * num_sessions
     if rate is not None:
-        starts = [float(t) for t in poisson_arrivals(rate, n=num_sessions, seed=_subseed(seed, 1))]
+        times = poisson_arrivals(rate, n=num_sessions, seed=_subseed(seed, 1), burstiness=burstiness)
+        starts = [float(t) for t in times]
     rng = np.random.default_rng(_subseed(seed, 0))
     requests = []
     for s in range(num_sessions):
@@ -242,22 +263,26 @@ def random_requests(
     seed: int = 0,
     block_tokens: int = 64,
     name: str = "random",
+    burstiness: float = 1.0,
 ) -> Workload:
     """bench_serving ``--dataset-name random``: lengths uniform in [range_ratio·len, len].
 
     As SGLang draws them: ``randint(max(int(len·r), 1), len + 1)`` for input and output alike.
     Prompts are random token ids, so nothing is shared. With neither ``rate`` nor
     ``concurrency`` every request is sent at t = 0 (``--request-rate inf``); InferenceX's
-    fixed-length runs use ``concurrency`` (``--max-concurrency C --request-rate inf``).
+    fixed-length runs use ``concurrency`` (``--max-concurrency C --request-rate inf``). A finite
+    ``rate`` sends Poisson arrivals, or Gamma ones with ``burstiness`` ≠ 1 (vLLM's ``--burstiness``).
     """
     check_int("seed", seed, 0)
     check_int("isl", isl, 1)
     check_int("osl", osl, 1)
     ratio = check_fraction("range_ratio", range_ratio)
     if rate is None and concurrency is not None:
-        count, arrivals, conc = _plan_arrivals(n, None, None, concurrency, seed)
+        count, arrivals, conc = _plan_arrivals(n, None, None, concurrency, seed, burstiness=burstiness)
     else:
-        count, arrivals, conc = _plan_arrivals(n, rate, None, concurrency, seed, default_rate=math.inf)
+        count, arrivals, conc = _plan_arrivals(
+            n, rate, None, concurrency, seed, default_rate=math.inf, burstiness=burstiness
+        )
     rng = np.random.default_rng(_subseed(seed, 0))
     ins = rng.integers(max(int(isl * ratio), 1), isl + 1, size=count)
     outs = rng.integers(max(int(osl * ratio), 1), osl + 1, size=count)
@@ -353,6 +378,7 @@ def agentic_sessions(
     seed: int = 0,
     block_tokens: int = 64,
     name: str | None = None,
+    burstiness: float = 1.0,
 ) -> Workload:
     """Synthetic agent sessions shaped like the Exgentic v2 traces (reference §4.1).
 
@@ -380,8 +406,8 @@ def agentic_sessions(
     - Think/tool gaps: lognormal with median ``think_median_s`` = 2 s and sigma 1.2, capped at
       300 s. The reference has only run durations (5–16 min per run), not the gaps; ours.
 
-    Sessions start Poisson at ``rate`` sessions/s, or closed loop with ``concurrency`` live clients
-    (AIPerf's AgentX mode), one session per client at a time.
+    Sessions start Poisson at ``rate`` sessions/s (Gamma gaps with ``burstiness`` ≠ 1), or closed
+    loop with ``concurrency`` live clients (AIPerf's AgentX mode), one session per client at a time.
     """
     check_int("seed", seed, 0)
     check_int("num_sessions", num_sessions, 0)
@@ -403,7 +429,7 @@ def agentic_sessions(
     bench = AGENTIC_BENCHMARKS[benchmark]
     retention = HARNESS_PREFIX_RETENTION[harness]
     label = name or f"agentic-{benchmark}-{harness}"
-    count, starts, conc = _plan_arrivals(num_sessions, rate, None, concurrency, seed)
+    count, starts, conc = _plan_arrivals(num_sessions, rate, None, concurrency, seed, burstiness=burstiness)
 
     rng = np.random.default_rng(_subseed(seed, 0))
     requests: list[RequestSpec] = []

@@ -7,11 +7,14 @@ by the wall ``duration``. Percentiles are numpy's (linear interpolation) and ``s
 population standard deviation, as bench_serving computes them. vLLM's spellings
 (``total_token_throughput``, ``*_e2el_ms``) are emitted too, and the SLO keys bench_serving lacks:
 ``slo_attainment`` (share of *all* requests that meet the SLO), ``goodput`` and
-``request_goodput`` (requests meeting the SLO per second, vLLM's definition).
+``request_goodput`` (requests meeting the SLO per second, vLLM's definition). vLLM's
+``--percentile-metrics`` / ``--metric-percentiles`` add ``p{P}_{metric}_ms`` keys on request
+(``percentile_keys``), computed as the fixed ones are.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -24,6 +27,28 @@ from tokenmill.workload.slo import SLO, RequestOutcome, meets_slo
 STATS = ("mean", "median", "std", "p90", "p95", "p99")
 #: Latency metrics: (name in the keys, vLLM's alias or None).
 LATENCY_METRICS = (("e2e_latency", "e2el"), ("ttft", None), ("tpot", None), ("itl", None))
+#: The metrics vLLM's ``--percentile-metrics`` names, each with its series in ``summarize``.
+PERCENTILE_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e_latency"}
+
+
+def percentile_key(metric: str, percentile: float) -> str:
+    """vLLM's key for one percentile of one metric: ``p99_ttft_ms``, ``p99.9_itl_ms``, ``p50_e2el_ms``
+    (the percentile as an integer when it is one, else as Python writes the float), so tools that
+    read vLLM's result files find the same keys here."""
+    word = str(int(percentile)) if float(percentile).is_integer() else str(float(percentile))
+    return f"p{word}_{metric}_ms"
+
+
+def _check_percentiles(metrics: Sequence[str], percentiles: Sequence[float]) -> None:
+    """One-line errors naming the CLI flag for a metric vLLM does not have or a percentile outside
+    (0, 100): numpy accepts 0 and 100 (min and max), but vLLM's flag does not, and nan or inf
+    would give a key no tool reads."""
+    for m in metrics:
+        if m not in PERCENTILE_METRICS:
+            raise TokenmillError(f"--percentile-metrics must be among {','.join(PERCENTILE_METRICS)} (got {show(m)})")
+    for p in percentiles:
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p < 100 or not math.isfinite(p):
+            raise TokenmillError(f"--metric-percentiles must be numbers strictly between 0 and 100 (got {show(p)})")
 
 
 def _stats(values_s: Sequence[float]) -> dict[str, float]:
@@ -59,16 +84,26 @@ def max_concurrent(outcomes: Iterable[RequestOutcome]) -> int:
     return peak
 
 
-def summarize(outcomes: Sequence[RequestOutcome], duration_s: float, slo: SLO | None = None) -> dict[str, float | int]:
+def summarize(
+    outcomes: Sequence[RequestOutcome],
+    duration_s: float,
+    slo: SLO | None = None,
+    *,
+    percentile_metrics: Sequence[str] = (),
+    metric_percentiles: Sequence[float] = (),
+) -> dict[str, float | int]:
     """bench_serving-style summary of a run lasting ``duration_s`` seconds (wall clock).
 
     Keys, in this order: completed, failed, duration, total_input_tokens, total_output_tokens,
     request_throughput, input_throughput, output_throughput, total_throughput,
     total_token_throughput, ``{mean,median,std,p90,p95,p99}_{e2e_latency,ttft,tpot,itl}_ms``,
-    ``{...}_e2el_ms``, concurrency, max_concurrent_requests, slo_attainment, goodput,
-    request_goodput. Token totals and latency statistics count completed requests only. Empty
-    input or a zero duration gives zeros, not an error.
+    ``{...}_e2el_ms``, then ``p{P}_{metric}_ms`` for each of ``percentile_metrics`` (ttft, tpot,
+    itl, e2el) and ``metric_percentiles`` (in (0, 100); a key already there, e.g. ``p99_ttft_ms``,
+    keeps its place and its equal value), concurrency, max_concurrent_requests, slo_attainment,
+    goodput, request_goodput. Token totals and latency statistics count completed requests only.
+    Empty input or a zero duration gives zeros, not an error.
     """
+    _check_percentiles(percentile_metrics, metric_percentiles)
     slo = slo or SLO()
     if isinstance(duration_s, bool) or not isinstance(duration_s, int | float) or not duration_s >= 0:
         raise TokenmillError(f"duration_s must be a number >= 0 (got {show(duration_s)})")
@@ -106,6 +141,11 @@ def summarize(outcomes: Sequence[RequestOutcome], duration_s: float, slo: SLO | 
         if alias is not None:
             for stat in STATS:
                 out[f"{stat}_{alias}_ms"] = out[f"{stat}_{metric}_ms"]
+    for name in percentile_metrics:
+        values = series[PERCENTILE_METRICS[name]]
+        ms = np.asarray(values, dtype=np.float64) * 1000.0
+        for p in metric_percentiles:
+            out[percentile_key(name, p)] = float(np.percentile(ms, p)) if values else 0.0
     out["concurrency"] = per_s(sum(series["e2e_latency"]))
     out["max_concurrent_requests"] = max_concurrent(done)
     out["slo_attainment"] = good / len(outcomes) if outcomes else 0.0
