@@ -134,6 +134,8 @@ def test_model_and_gpus_given_on_the_command_line_win(capsys: pytest.CaptureFixt
         ("sglang serve --tp-size 8 --tp-size 4", [], "--launch gives --tp-size twice"),
         ("sglang serve --tp-size eight", [], "--tp-size must be a positive integer"),
         ("sglang serve --tp-size 0", [], "--tp-size must be a positive integer"),
+        ("sglang serve --tp-size --ep-size 8", [], "--tp-size needs a value"),
+        ("sglang serve --mem-fraction-static --tp-size 8", [], "--mem-fraction-static needs a value"),
         ("sglang serve --mem-fraction-static x", [], "--mem-fraction-static must be a number"),
         ("sglang serve --speculative-algorithm DSPARK", [], "needs --speculative-dspark-block-size"),
         ("sglang serve --speculative-algorithm EAGLE", [], "needs --speculative-num-steps"),

@@ -159,7 +159,9 @@ def _int(opts: dict[str, str | None], *names: str) -> int | None:
     for name in names:
         if name in opts:
             raw = opts[name]
-            if raw is None or not raw.strip().lstrip("+").isdigit() or not raw.isascii():
+            if raw is None:
+                raise TokenmillError(f"--launch: {name} needs a value")
+            if not raw.strip().lstrip("+").isdigit() or not raw.isascii():
                 raise TokenmillError(f"--launch: {name} must be a positive integer (got {raw!r})")
             value = int(raw)
             if value < 1:
@@ -172,8 +174,10 @@ def _float(opts: dict[str, str | None], name: str) -> float | None:
     if name not in opts:
         return None
     raw = opts[name]
+    if raw is None:
+        raise TokenmillError(f"--launch: {name} needs a value")
     try:
-        return float(raw or "")
+        return float(raw)
     except ValueError:
         raise TokenmillError(f"--launch: {name} must be a number (got {raw!r})") from None
 
