@@ -31,6 +31,10 @@ ParamsOpt = Annotated[
 ]
 
 
+DEFAULT_ISL = 8192
+DEFAULT_OSL = 1024
+
+
 def _check_backend(backend: str) -> str:
     b = backend.strip().lower()
     if b not in ("sglang", "vllm", "trtllm"):
@@ -43,8 +47,8 @@ def predict(
     model: ModelOpt = "kimi-k3",
     gpu: GpuOpt = "b300",
     gpus: GpusOpt = 8,
-    isl: Annotated[int, typer.Option("--isl", help="Prompt tokens per request.")] = 8192,
-    osl: Annotated[int, typer.Option("--osl", help="Output tokens per request.")] = 1024,
+    isl: Annotated[int, typer.Option("--isl", help="Prompt tokens per request.")] = DEFAULT_ISL,
+    osl: Annotated[int, typer.Option("--osl", help="Output tokens per request.")] = DEFAULT_OSL,
     concurrency: Annotated[
         str,
         typer.Option(
@@ -116,6 +120,15 @@ def predict(
             "(otherwise two shorter replays stand in for them; docs/perf.md §2).",
         ),
     ] = False,
+    measured: Annotated[
+        Path | None,
+        typer.Option(
+            "--measured",
+            help="A benchmark result of this deployment (tokenmill bench --output-file, vLLM's --save-result, "
+            "SGLang's --output-file): its ISL, OSL and concurrency set the point, and its mean TTFT and TPOT "
+            "are shown beside the prediction.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
@@ -141,6 +154,10 @@ def predict(
     from tokenmill.spec import load_model
 
     b = _check_backend(backend)
+    point_measured = None
+    if measured is not None:
+        point_measured = _measured_point(measured, isl, osl, concurrency, bool(compare or label))
+        isl, osl, concurrency = point_measured.isl, point_measured.osl, str(point_measured.concurrency)
     levels = sorted(set(parse_number_list(concurrency, "--concurrency", int)))
     if not levels:
         raise TokenmillError(
@@ -241,6 +258,8 @@ def predict(
                         bar(1)
                 curves.append((at.name, curve))
     first = curves[0][1][0]
+    if point_measured is not None:
+        first["measured"] = _against_measured(point_measured, first)
     counts = {curve[0]["gpus"] for _, curve in curves}  # a compared layout may take other GPUs
     where = f"{first['gpus']}×{first['gpu']}" if len(counts) == 1 else str(first["gpu"])
     what = f"{first['model']} {described}" if len(named) == 1 else str(first["model"])
@@ -269,10 +288,77 @@ def predict(
         return
     if len(named) == 1 and len(levels) == 1:
         _print_prediction(curves[0][1][0], described, slo)
+        if "measured" in first:
+            _print_measured(first["measured"])
     else:
         _print_curve(curves, title, slo)
     for path_name in written:
         print(f"wrote {path_name}")
+
+
+def _measured_point(path: Path, isl: int, osl: int, concurrency: str, comparing: bool) -> Any:
+    """``--measured``'s point; a flag given beside it that names another point is refused, and so
+    is ``--compare`` (the measurement is of one deployment)."""
+    from tokenmill.workload.bench_result import read_bench_result
+
+    if comparing:
+        raise TokenmillError("--measured is one point of one deployment: it takes no --compare or --label")
+    point = read_bench_result(path)
+    for flag, given, default, ran in (
+        ("--isl", isl, DEFAULT_ISL, point.isl),
+        ("--osl", osl, DEFAULT_OSL, point.osl),
+        ("--concurrency", concurrency, "1", str(point.concurrency)),
+    ):
+        if given != default and str(given) != str(ran):
+            raise TokenmillError(f"{flag} {given} disagrees with --measured, which ran {ran}: give one of the two")
+    return point
+
+
+def _against_measured(point: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """The measurement beside the prediction: its means, the signed error of the prediction
+    (predicted ÷ measured − 1, as ``calibrate evaluate``'s bias), and whether the measurement lies
+    in the band 80 % of the calibration rows like this one measured in."""
+    acc = out.get("accuracy") or {}
+
+    def error(key: str, measured: float | None) -> float | None:
+        predicted = out.get(key)
+        if measured is None or predicted is None or measured <= 0:
+            return None
+        return round(float(predicted) / measured - 1.0, 4)
+
+    def inside(key: str, measured: float | None) -> bool | None:
+        band = acc.get(f"{key}_range_80")
+        return None if band is None or measured is None else band[0] <= measured <= band[1]
+
+    return {
+        "file": point.source,
+        "completed": point.completed,
+        "ttft_ms": point.ttft_ms,
+        "tpot_ms": point.tpot_ms,
+        "ttft_error": error("ttft_ms", point.ttft_ms),
+        "tpot_error": error("tpot_ms", point.tpot_ms),
+        "ttft_in_band": inside("ttft_ms", point.ttft_ms),
+        "tpot_in_band": inside("tpot_ms", point.tpot_ms),
+        "notes": list(point.notes),
+    }
+
+
+def _print_measured(m: dict[str, Any]) -> None:
+    def part(name: str, key: str, digits: int) -> str:
+        value, err, band = m[f"{key}_ms"], m[f"{key}_error"], m[f"{key}_in_band"]
+        if value is None:
+            return f"{name} —"
+        text = f"{name} {value:,.{digits}f} ms"
+        if err is not None:
+            text += f" (predicted {err:+.1%}"
+            text += "" if band is None else (", inside the band" if band else ", outside the band")
+            text += ")"
+        return text
+
+    line = f"measured ({m['file']}, {m['completed']:,} requests): {part('TTFT', 'ttft', 1)}, {part('TPOT', 'tpot', 2)}"
+    print(line)
+    for note in m["notes"]:
+        print(f"note: --measured: {note}")
 
 
 def _slo_target(ttft_ms: float | None, tpot_ms: float | None) -> dict[str, float | None] | None:
