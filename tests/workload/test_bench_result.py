@@ -163,7 +163,40 @@ def test_predict_measured_is_the_prediction_of_the_files_point(
     assert measured["ttft_in_band"] == (low <= 212.5 <= high)
     code, out, err = cli(capsys, *PREDICT[:-1], "--measured", str(path))
     assert code == 0, err
-    assert f"measured ({path}, 160 requests): TTFT 212.5 ms (predicted {measured['ttft_error']:+.1%}" in out
+    assert (
+        f"measured ({path}, 160 requests at concurrency 16): TTFT 212.5 ms (predicted {measured['ttft_error']:+.1%}"
+        in out
+    )
+    assert measured["output_throughput_per_gpu"] is None  # vLLM's file as written above has no output_throughput
+
+
+def test_predict_measured_sweep_is_the_curve_at_the_files_points(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Three files of one sweep (given out of order): the curve at their concurrencies, each point
+    with its own measurement, and the figure drawn with them."""
+    files = []
+    for conc, ttft, tpot, tput in ((64, 900.0, 30.0, 2000.0), (1, 80.0, 15.0, 60.0), (16, 212.5, 19.75, 786.0)):
+        run = VLLM | {"max_concurrency": conc, "mean_ttft_ms": ttft, "mean_tpot_ms": tpot, "output_throughput": tput}
+        files += ["--measured", str(write(tmp_path, run, f"c{conc}.json"))]
+    by_hand = cli_json(capsys, *PREDICT, "--isl", "1024", "--osl", "256", "--concurrency", "1,16,64")
+    figure = tmp_path / "curve.png"
+    got = cli_json(capsys, *PREDICT, *files, "--figure", str(figure))
+    assert [p["concurrency"] for p in got["points"]] == [1, 16, 64] and figure.stat().st_size > 10_000
+    for point, hand, (ttft, tput) in zip(
+        got["points"], by_hand["points"], ((80.0, 60.0), (212.5, 786.0), (900.0, 2000.0)), strict=True
+    ):
+        m = point.pop("measured")
+        assert point == hand
+        assert m["ttft_ms"] == ttft and m["ttft_error"] == pytest.approx(hand["ttft_ms"] / ttft - 1, abs=1e-4)
+        assert m["output_throughput_per_gpu"] == pytest.approx(tput / 2)  # over the deployment's 2 GPUs
+    other = VLLM | {"total_input_tokens": 2 * 163_840}
+    code, _, err = cli(capsys, *PREDICT, *files[:2], "--measured", str(write(tmp_path, other, "long.json")))
+    assert code == 2 and "share ISL and OSL" in err and err.count("\n") == 1
+    code, _, err = cli(capsys, *PREDICT, *files[:2], *files[:2])
+    assert code == 2 and "two files ran 64 lanes" in err
+    same = cli_json(capsys, *PREDICT, *files, "--concurrency", "64,1,16")
+    assert [p["concurrency"] for p in same["points"]] == [1, 16, 64]
 
 
 @pytest.mark.parametrize(
@@ -171,7 +204,7 @@ def test_predict_measured_is_the_prediction_of_the_files_point(
     [
         (["--isl", "2048"], "--isl 2048 disagrees with --measured, which ran 1024"),
         (["--concurrency", "1,16"], "--concurrency 1,16 disagrees with --measured"),
-        (["--compare", "tp=1,gpus=1"], "--measured is one point of one deployment"),
+        (["--compare", "tp=1,gpus=1"], "--measured is of one deployment"),
     ],
 )
 def test_predict_measured_refuses_another_point(

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from tokenmill.cli.deployments import DECODE_LAYOUT_KEYS
+from tokenmill.cli.measured_points import against_measured, measured_points, print_measured
 from tokenmill.cli.options import (
     GpuOpt,
     GpusOpt,
@@ -121,12 +122,12 @@ def predict(
         ),
     ] = False,
     measured: Annotated[
-        Path | None,
+        list[Path] | None,
         typer.Option(
             "--measured",
             help="A benchmark result of this deployment (tokenmill bench --output-file, vLLM's --save-result, "
             "SGLang's --output-file): its ISL, OSL and concurrency set the point, and its mean TTFT and TPOT "
-            "are shown beside the prediction.",
+            "are shown beside the prediction (repeatable: a sweep over concurrency, on --figure too).",
         ),
     ] = None,
     json_out: JsonOpt = False,
@@ -154,10 +155,10 @@ def predict(
     from tokenmill.spec import load_model
 
     b = _check_backend(backend)
-    point_measured = None
-    if measured is not None:
-        point_measured = _measured_point(measured, isl, osl, concurrency, bool(compare or label))
-        isl, osl, concurrency = point_measured.isl, point_measured.osl, str(point_measured.concurrency)
+    runs = []
+    if measured:
+        runs = measured_points(measured, (isl, DEFAULT_ISL), (osl, DEFAULT_OSL), concurrency, bool(compare or label))
+        isl, osl, concurrency = runs[0].isl, runs[0].osl, ",".join(str(r.concurrency) for r in runs)
     levels = sorted(set(parse_number_list(concurrency, "--concurrency", int)))
     if not levels:
         raise TokenmillError(
@@ -258,8 +259,9 @@ def predict(
                         bar(1)
                 curves.append((at.name, curve))
     first = curves[0][1][0]
-    if point_measured is not None:
-        first["measured"] = _against_measured(point_measured, first)
+    for run_point in runs:  # the base curve's points, one a measured concurrency
+        at_level = next(p for p in curves[0][1] if p["concurrency"] == run_point.concurrency)
+        at_level["measured"] = against_measured(run_point, at_level)
     counts = {curve[0]["gpus"] for _, curve in curves}  # a compared layout may take other GPUs
     where = f"{first['gpus']}×{first['gpu']}" if len(counts) == 1 else str(first["gpu"])
     what = f"{first['model']} {described}" if len(named) == 1 else str(first["model"])
@@ -268,7 +270,8 @@ def predict(
     if figures:
         from tokenmill.report.prediction_figures import curve_figure
 
-        written = [str(p) for p in curve_figure(curves, figures, title, slo)]
+        marks = [p["measured"] for p in curves[0][1] if "measured" in p]
+        written = [str(p) for p in curve_figure(curves, figures, title, slo, measured=marks)]
     if json_out:
         if len(named) > 1:
             out: dict[str, Any] = {"layouts": [{"name": name, "points": curve} for name, curve in curves]}
@@ -288,77 +291,13 @@ def predict(
         return
     if len(named) == 1 and len(levels) == 1:
         _print_prediction(curves[0][1][0], described, slo)
-        if "measured" in first:
-            _print_measured(first["measured"])
     else:
         _print_curve(curves, title, slo)
+    for p in curves[0][1]:
+        if "measured" in p:
+            print_measured(p["measured"])
     for path_name in written:
         print(f"wrote {path_name}")
-
-
-def _measured_point(path: Path, isl: int, osl: int, concurrency: str, comparing: bool) -> Any:
-    """``--measured``'s point; a flag given beside it that names another point is refused, and so
-    is ``--compare`` (the measurement is of one deployment)."""
-    from tokenmill.workload.bench_result import read_bench_result
-
-    if comparing:
-        raise TokenmillError("--measured is one point of one deployment: it takes no --compare or --label")
-    point = read_bench_result(path)
-    for flag, given, default, ran in (
-        ("--isl", isl, DEFAULT_ISL, point.isl),
-        ("--osl", osl, DEFAULT_OSL, point.osl),
-        ("--concurrency", concurrency, "1", str(point.concurrency)),
-    ):
-        if given != default and str(given) != str(ran):
-            raise TokenmillError(f"{flag} {given} disagrees with --measured, which ran {ran}: give one of the two")
-    return point
-
-
-def _against_measured(point: Any, out: dict[str, Any]) -> dict[str, Any]:
-    """The measurement beside the prediction: its means, the signed error of the prediction
-    (predicted ÷ measured − 1, as ``calibrate evaluate``'s bias), and whether the measurement lies
-    in the band 80 % of the calibration rows like this one measured in."""
-    acc = out.get("accuracy") or {}
-
-    def error(key: str, measured: float | None) -> float | None:
-        predicted = out.get(key)
-        if measured is None or predicted is None or measured <= 0:
-            return None
-        return round(float(predicted) / measured - 1.0, 4)
-
-    def inside(key: str, measured: float | None) -> bool | None:
-        band = acc.get(f"{key}_range_80")
-        return None if band is None or measured is None else band[0] <= measured <= band[1]
-
-    return {
-        "file": point.source,
-        "completed": point.completed,
-        "ttft_ms": point.ttft_ms,
-        "tpot_ms": point.tpot_ms,
-        "ttft_error": error("ttft_ms", point.ttft_ms),
-        "tpot_error": error("tpot_ms", point.tpot_ms),
-        "ttft_in_band": inside("ttft_ms", point.ttft_ms),
-        "tpot_in_band": inside("tpot_ms", point.tpot_ms),
-        "notes": list(point.notes),
-    }
-
-
-def _print_measured(m: dict[str, Any]) -> None:
-    def part(name: str, key: str, digits: int) -> str:
-        value, err, band = m[f"{key}_ms"], m[f"{key}_error"], m[f"{key}_in_band"]
-        if value is None:
-            return f"{name} —"
-        text = f"{name} {value:,.{digits}f} ms"
-        if err is not None:
-            text += f" (predicted {err:+.1%}"
-            text += "" if band is None else (", inside the band" if band else ", outside the band")
-            text += ")"
-        return text
-
-    line = f"measured ({m['file']}, {m['completed']:,} requests): {part('TTFT', 'ttft', 1)}, {part('TPOT', 'tpot', 2)}"
-    print(line)
-    for note in m["notes"]:
-        print(f"note: --measured: {note}")
 
 
 def _slo_target(ttft_ms: float | None, tpot_ms: float | None) -> dict[str, float | None] | None:

@@ -22,10 +22,12 @@ def curve_figure(
     path: FigurePaths,
     title: str = "",
     slo: dict[str, float | None] | None = None,
+    measured: Sequence[dict[str, Any]] = (),
 ) -> FigurePaths:
     """Write the curves (per layout: its name and its ``Prediction.to_dict()`` points, any order)
-    to ``path``; a legend when there are several layouts or a target (``slo``: ``ttft_ms`` and
-    ``tpot_ms``, either None) is drawn."""
+    to ``path``; a legend when there are several layouts, a target (``slo``: ``ttft_ms`` and
+    ``tpot_ms``, either None) or ``measured`` points (``predict --measured``: each with its
+    ``concurrency``, ``ttft_ms``, ``tpot_ms`` and ``output_throughput_per_gpu``) are drawn."""
     figure_paths(path)
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.6))
@@ -48,6 +50,27 @@ def curve_figure(
         levels.update(conc)
         right.plot(
             conc, [p["ttft_ms"] / 1e3 for p in pts], marker=marker, color=line.get_color(), label=name, alpha=0.85
+        )
+    if measured:  # black crosses over the curves: the benchmark's own means
+        shown = [m for m in measured if m.get("tpot_ms") and m.get("output_throughput_per_gpu") is not None]
+        if shown:
+            left.plot(
+                [1e3 / m["tpot_ms"] for m in shown],
+                [m["output_throughput_per_gpu"] for m in shown],
+                "x",
+                color="black",
+                ms=8,
+                mew=1.6,
+                label="measured",
+            )
+        right.plot(
+            [m["concurrency"] for m in measured],
+            [m["ttft_ms"] / 1e3 for m in measured],
+            "x",
+            color="black",
+            ms=8,
+            mew=1.6,
+            label="measured",
         )
     for (x, y), concs in _label_places(placed).items():
         text = ", ".join(f"{c:,}" for c in sorted(concs))
@@ -76,9 +99,9 @@ def curve_figure(
     right.set_title("time to first token", fontsize=10)
     right.set_ylim(bottom=0)
     right.grid(alpha=0.3)
-    if len(curves) > 1 or tpot_cap:
+    if len(curves) > 1 or tpot_cap or measured:
         left.legend(fontsize=8)
-    if len(curves) > 1 or ttft_cap:
+    if len(curves) > 1 or ttft_cap or measured:
         right.legend(fontsize=8)
     fig.suptitle(title or "predicted closed-loop curve", fontsize=10)
     fig.tight_layout()

@@ -34,6 +34,7 @@ class MeasuredPoint:
     ttft_ms: float
     tpot_ms: float | None  # None where every answer was one token
     completed: int
+    output_throughput: float | None = None  # output tokens/s over the whole run, where the file has it
     notes: tuple[str, ...] = ()
 
 
@@ -116,5 +117,6 @@ def read_bench_result(path: str | Path) -> MeasuredPoint:
         ttft_ms=_number(data, "mean_ttft_ms", where),
         tpot_ms=tpot,
         completed=completed,
+        output_throughput=_number(data, "output_throughput", where) if "output_throughput" in data else None,
         notes=tuple(notes),
     )
