@@ -7,11 +7,15 @@ evaluate``'s bias) and whether the measurement lies in the band 80 % of the cali
 it measured in.
 """
 
+from __future__ import annotations
+
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.errors import TokenmillError
-from tokenmill.workload.bench_result import MeasuredPoint, read_bench_result
+
+if TYPE_CHECKING:  # the workload package brings numpy: not on the CLI's start (tests/test_cli.py)
+    from tokenmill.workload.bench_result import MeasuredPoint
 
 
 def measured_points(
@@ -20,6 +24,8 @@ def measured_points(
     """The files' points, by concurrency. ``isl``/``osl``: (given, default). A flag given beside
     them that names another point is refused, as are files of other lengths, two files at one
     concurrency, and ``--compare`` (the measurements are of one deployment)."""
+    from tokenmill.workload.bench_result import read_bench_result
+
     if comparing:
         raise TokenmillError("--measured is of one deployment: it takes no --compare or --label")
     runs = [read_bench_result(p) for p in paths]

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import typer
 
 from tokenmill.cli.deployments import DECODE_LAYOUT_KEYS
-from tokenmill.cli.measured_points import against_measured, measured_points, print_measured
 from tokenmill.cli.options import (
     GpuOpt,
     GpusOpt,
@@ -155,6 +154,8 @@ def predict(
     from tokenmill.spec import load_model
 
     b = _check_backend(backend)
+    from tokenmill.cli.measured_points import against_measured, measured_points, print_measured
+
     runs = []
     if measured:
         runs = measured_points(measured, (isl, DEFAULT_ISL), (osl, DEFAULT_OSL), concurrency, bool(compare or label))
