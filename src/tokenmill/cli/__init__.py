@@ -32,10 +32,11 @@ def _register() -> None:
     app.command("models")(catalog_cmd.models)
     app.command("gpus")(catalog_cmd.gpus)
 
-    from tokenmill.cli import calibrate_cmd, calibrate_row_cmd, local_cmd, predict_cmd
+    from tokenmill.cli import calibrate_cmd, calibrate_record_cmd, calibrate_row_cmd, local_cmd, predict_cmd
 
     app.command("predict")(predict_cmd.predict)
     calibrate_cmd.calibrate_app.command("row")(calibrate_row_cmd.row)
+    calibrate_cmd.calibrate_app.command("record")(calibrate_record_cmd.record)
     calibrate_cmd.calibrate_app.command("local")(local_cmd.local)
     app.add_typer(calibrate_cmd.calibrate_app, name="calibrate")
     app.command("bench")(bench_cmd.bench)

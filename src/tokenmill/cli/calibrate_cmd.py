@@ -17,7 +17,27 @@ from tokenmill.errors import TokenmillError
 from tokenmill.paths import path_exists
 
 MeasOpt = Annotated[Path, typer.Option("--measurements", help="Measurements CSV (serving_measurements.csv format).")]
-ModelsDirOpt = Annotated[Path, typer.Option("--models-dir", help="Folder of <org>--<name>_config.json files.")]
+ModelsDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--models-dir",
+        help="Folder of <org>--<name>_config.json files (default: the bundled presets' configs).",
+        show_default=False,
+    ),
+]
+
+
+def models_dir_or_presets(models_dir: Path | None) -> Path:
+    """``--models-dir``, or the folder of the bundled presets' configs (named as the calibration
+    file's models are: ``moonshotai--Kimi-K3_config.json``), which rows ``calibrate record`` wrote
+    for a preset find without one."""
+    if models_dir is not None:
+        return models_dir
+    from importlib import resources
+
+    return Path(str(resources.files("tokenmill.spec") / "presets"))
+
+
 JobsOpt = Annotated[int, typer.Option("--jobs", help="Worker processes (results do not depend on it).")]
 
 
@@ -189,8 +209,8 @@ def _print_score(result: dict[str, Any], silicon: bool) -> None:
 @calibrate_app.command("evaluate")
 def evaluate(
     measurements: MeasOpt,
-    models_dir: ModelsDirOpt,
     out: Annotated[Path, typer.Option("--out", help="Predictions CSV to write.")],
+    models_dir: ModelsDirOpt = None,
     params_file: ParamsOpt = None,
     jobs: JobsOpt = 1,
     accuracy_out: Annotated[
@@ -239,6 +259,7 @@ def evaluate(
     from tokenmill.perf.scoring import score
 
     overrides = checked_overrides(set_)
+    models_dir = models_dir_or_presets(models_dir)
     if overrides and accuracy_out is not None:
         raise TokenmillError("--accuracy-out: the error bands measure the fitted constants, and --set changes them")
     if where and accuracy_out is not None:
@@ -380,7 +401,7 @@ def _accuracy_table(
 @calibrate_app.command("fit")
 def fit(
     measurements: MeasOpt,
-    models_dir: ModelsDirOpt,
+    models_dir: ModelsDirOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Where to write the constants (default: the shipped params.json).")
     ] = None,
@@ -404,6 +425,7 @@ def fit(
     from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
     from tokenmill.perf.measurements import read_measurements
 
+    models_dir = models_dir_or_presets(models_dir)
     rows, silicon = read_measurements(measurements)
     if not silicon:
         raise TokenmillError("--measurements: fitting needs the silicon_ttft_ms and silicon_tpot_ms columns")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tokenmill.cli.calibrate_cmd import MeasOpt, ModelsDirOpt, bias_text, checked_overrides
+from tokenmill.cli.calibrate_cmd import MeasOpt, ModelsDirOpt, bias_text, checked_overrides, models_dir_or_presets
 from tokenmill.cli.options import JsonOpt, SetOpt
 from tokenmill.cli.predict_cmd import ParamsOpt
 from tokenmill.cli.terminal_progress import progress
@@ -124,7 +124,7 @@ def explain_row(row: dict[str, str], models_dir: str, table: Any, overrides: tup
 def row(
     ids: IdsArg,
     measurements: MeasOpt,
-    models_dir: ModelsDirOpt,
+    models_dir: ModelsDirOpt = None,
     params_file: ParamsOpt = None,
     set_: SetOpt = None,
     json_out: JsonOpt = False,
@@ -137,6 +137,7 @@ def row(
     from tokenmill.perf.measurements import read_measurements
 
     overrides = checked_overrides(set_)
+    models_dir = models_dir_or_presets(models_dir)
     if not models_dir.is_dir():
         raise TokenmillError(f"--models-dir: no such directory {models_dir}")
     rows, _ = read_measurements(measurements)

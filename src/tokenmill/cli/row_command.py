@@ -70,6 +70,8 @@ def predict_argv(spec: RowSpec, overrides: Sequence[str] = ()) -> list[str]:
         argv += [f"--{key}", value]
     argv += ["--kv-cache-dtype", layout.kv_cache_dtype.value, "--prefix-cache", layout.prefix_cache.value]
     argv += ["--mem-fraction-static", f"{layout.mem_fraction_static:g}"]
+    if layout.max_running_requests is not None:  # a recorded row's own cap (``calibrate record``)
+        argv += ["--max-running-requests", str(layout.max_running_requests)]
     argv += weight_format_flag(spec.gemm_mode, spec.moe_mode)
     if spec.decode is not None:
         argv += ["--prefill-workers", str(worker.workers), "--decode-workers", str(spec.decode.workers)]

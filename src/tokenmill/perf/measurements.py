@@ -51,7 +51,7 @@ import csv
 import io
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,10 @@ PRECISIONS = {"": False, "bf16": False, "fp16": False, "fp8": True, "fp4": True,
 #: ``--gpu-memory-utilization``, TRT-LLM's free-memory fraction and the recipes' SGLang
 #: ``--mem-fraction-static`` are set high in these sweeps; 4×B200 DeepSeek-R1 FP8 needs it).
 ENGINE_MEM_FRACTION = 0.95
+
+#: Columns beyond the calibration file's, which ``calibrate record`` writes for a deployment measured
+#: with other settings than the sweeps' (each empty or absent: the reading above).
+SETTING_COLUMNS = ("kv_cache_dtype", "mem_fraction_static", "prefix_cache", "max_running_requests")
 
 _CONC = re.compile(r"silicon_concurrency=(\d+)")
 _QUANT_SUFFIX = re.compile(r"-(instruct|fp8|nvfp4|fp4|bf16)$")
@@ -320,9 +324,44 @@ def _role(row: dict[str, str], prefix: str, kv: KVDtype, gpu: GPU, mode: str) ->
         moe_a2a_backend=a2a,
         mem_fraction_static=ENGINE_MEM_FRACTION,
     )
+    layout, bad = _settings(row, layout)
+    if bad:
+        return None, None, bad
     workers = (sizes["num_workers"] or 1) if prefix else 1
     batch = sizes["batch_size"]
     return Role(layout, workers, batch), note, ""
+
+
+def _settings(row: dict[str, str], layout: Layout) -> tuple[Layout, str]:
+    """``layout`` with the row's own engine settings (``SETTING_COLUMNS``) where it gives them, or
+    the skip reason naming the column whose value cannot be read."""
+    changes: dict[str, Any] = {}
+    cells = {col: (row.get(col) or "").strip() for col in SETTING_COLUMNS}
+    if cells["kv_cache_dtype"]:
+        try:
+            changes["kv_cache_dtype"] = KVDtype.parse(cells["kv_cache_dtype"])
+        except TokenmillError:
+            return layout, f"kv_cache_dtype {cells['kv_cache_dtype']!r} is not one of auto, bf16, fp8_e4m3"
+    if cells["prefix_cache"]:
+        try:
+            changes["prefix_cache"] = PrefixCache(cells["prefix_cache"].lower())
+        except ValueError:
+            known = ", ".join(p.value for p in PrefixCache)
+            return layout, f"prefix_cache {cells['prefix_cache']!r} is not one of {known}"
+    if cells["mem_fraction_static"]:
+        try:
+            share = float(cells["mem_fraction_static"])
+        except ValueError:
+            share = math.nan
+        if not 0 < share <= 1:
+            return layout, f"mem_fraction_static {cells['mem_fraction_static']!r} is not a share in (0, 1]"
+        changes["mem_fraction_static"] = share
+    if cells["max_running_requests"]:
+        cap = cells["max_running_requests"]
+        if not (cap.isascii() and cap.isdigit()) or int(cap) < 1:
+            return layout, f"max_running_requests {cap!r} is not a positive integer"
+        changes["max_running_requests"] = int(cap)
+    return (replace(layout, **changes) if changes else layout), ""
 
 
 def _read_concurrency(row: dict[str, str], role: Role, conc: int) -> tuple[str | None, str]:

@@ -1,0 +1,182 @@
+"""`tokenmill calibrate record`: benchmark results of a deployment as rows of a measurements file,
+predicted by `calibrate evaluate` as `predict --launch … --measured …` predicts them."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli_helpers import cli, cli_json
+
+#: A closed-loop run as vLLM's `bench serve --save-result` writes it (totals, no random lengths).
+RUN = {
+    "backend": "vllm",
+    "request_rate": "inf",
+    "max_concurrency": 16,
+    "completed": 160,
+    "total_input_tokens": 163_840,
+    "total_output_tokens": 40_960,
+    "mean_ttft_ms": 250.0,
+    "mean_tpot_ms": 21.5,
+}
+VLLM = "vllm serve Qwen/Qwen3-32B --tensor-parallel-size 2 --max-num-seqs 128 --no-enable-prefix-caching"
+SGLANG_DP = (
+    "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 8 --dp-size 8 "
+    "--enable-dp-attention --ep-size 8 --moe-a2a-backend deepep --mem-fraction-static 0.88 "
+    "--kv-cache-dtype fp8_e4m3 --trust-remote-code"
+)
+
+
+def write(tmp_path: Path, name: str, **change: Any) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(RUN | change))
+    return path
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize(
+    ("launch", "gpu", "isl", "osl"),
+    [(VLLM, "h100", 1024, 256), (SGLANG_DP, "b200", 2048, 64)],
+    ids=["vllm-tp2", "sglang-dp8-ep8"],
+)
+def test_recorded_rows_are_predicted_as_predict_launch_predicts_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, launch: str, gpu: str, isl: int, osl: int
+) -> None:
+    """Two lanes counts of one deployment recorded, evaluated (no --models-dir: the bundled
+    presets), and each row's prediction equal to `predict --launch … --measured FILE`'s."""
+    files = [
+        write(
+            tmp_path,
+            f"c{c}.json",
+            max_concurrency=c,
+            total_input_tokens=isl * 10 * c,
+            completed=10 * c,
+            total_output_tokens=osl * 10 * c,
+        )
+        for c in (4, 32)
+    ]
+    out = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", launch, "--gpu", gpu, "--out", str(out)]
+    code, printed, err = cli(capsys, *args, "--measured", str(files[0]), "--measured", str(files[1]))
+    assert code == 0, err
+    written = rows(out)
+    assert [r["silicon_data_source"].split("; ")[1] for r in written] == [
+        "silicon_concurrency=4",
+        "silicon_concurrency=32",
+    ]
+    assert printed.count("\n") == 2 and all(r["id"] in printed for r in written)
+    preds = tmp_path / "pred.csv"
+    code, _, err = cli(capsys, "calibrate", "evaluate", "--measurements", str(out), "--out", str(preds), "--json")
+    assert code == 0, err
+    by_id = {r["id"]: r for r in rows(preds)}
+    for row, path in zip(written, files, strict=True):
+        predicted = by_id[row["id"]]
+        assert predicted["skipped_reason"] == "", predicted
+        direct = cli_json(capsys, "predict", "--launch", launch, "--gpu", gpu, "--measured", str(path), "--json")
+        assert float(predicted["predicted_ttft_ms"]) == pytest.approx(direct["ttft_ms"], rel=1e-5)
+        assert float(predicted["predicted_tpot_ms"]) == pytest.approx(direct["tpot_ms"], rel=1e-5)
+
+
+def test_the_row_carries_the_deployments_settings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "mine.csv"
+    code, _, err = cli(
+        capsys,
+        *("calibrate", "record", "--launch", SGLANG_DP, "--gpu", "b200", "--out", str(out)),
+        *("--measured", str(write(tmp_path, "r.json")), "--backend-version", "0.5.9", "--id-prefix", "ds v3/b200"),
+    )
+    assert code == 0, err
+    (row,) = rows(out)
+    assert row["id"] == "ds-v3-b200_1024x256_c16" and row["backend"] == "sglang" and row["backend_version"] == "0.5.9"
+    assert (row["tp_size"], row["attention_dp_size"], row["moe_ep_size"], row["moe_tp_size"]) == ("1", "8", "8", "1")
+    assert (row["kv_cache_dtype"], row["mem_fraction_static"], row["prefix_cache"]) == (
+        "fp8_e4m3",
+        "0.88",
+        "extra_buffer",
+    )
+    assert row["model_path"] == "deepseek-ai/DeepSeek-V3" and row["system"] == "b200" and row["mode"] == "agg"
+    code, shown, err = cli(capsys, "calibrate", "row", "--measurements", str(out), "ds-v3*")
+    assert code == 0, err
+    assert (
+        "--mem-fraction-static 0.88" in shown and "--kv-cache-dtype fp8_e4m3" in shown and "--dp-attention 8" in shown
+    )
+
+
+@pytest.mark.parametrize(
+    ("launch", "says"),
+    [
+        (
+            "sglang serve --model-path moonshotai/Kimi-K3 --tp-size 8 --speculative-algorithm NEXTN "
+            "--speculative-num-steps 3",
+            "records no drafter",
+        ),
+        ("sglang serve --model-path moonshotai/Kimi-K3 --tp-size 8 --dcp-size 8", "decode context parallelism"),
+        ("sglang serve --model-path Qwen/Qwen3-32B --tp-size 2 --dp-size 4", "4 replicas of a 2-GPU worker"),
+        ("sglang serve --model-path Qwen/Qwen3-32B --page-size 16", "--page-size"),
+        ("sglang serve --tp-size 2", "names no model"),
+    ],
+)
+def test_what_a_row_cannot_say_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, launch: str, says: str
+) -> None:
+    out = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", launch, "--gpu", "h200", "--out", str(out)]
+    code, printed, err = cli(capsys, *args, "--measured", str(write(tmp_path, "r.json")))
+    assert code == 2 and printed == "" and err.count("\n") == 1 and says in err, err
+    assert not out.exists()
+
+
+def test_appending_refuses_an_id_twice_and_a_file_of_other_columns(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", VLLM, "--gpu", "h100", "--out", str(out)]
+    assert cli(capsys, *args, "--measured", str(write(tmp_path, "a.json")))[0] == 0
+    assert cli(capsys, *args, "--measured", str(write(tmp_path, "b.json", max_concurrency=8)))[0] == 0
+    assert [r["silicon_data_source"].split("; ")[1] for r in rows(out)] == [
+        "silicon_concurrency=16",
+        "silicon_concurrency=8",
+    ]
+    before = out.read_text()
+    code, _, err = cli(capsys, *args, "--measured", str(write(tmp_path, "c.json")))
+    assert code == 2 and "already has a row 'Qwen3-32B_h100_vllm_tp2_1024x256_c16'" in err
+    assert out.read_text() == before
+    other = tmp_path / "other.csv"
+    other.write_text("id,backend\nx,vllm\n")
+    code, _, err = cli(capsys, *args[:-1], str(other), "--measured", str(write(tmp_path, "d.json")))
+    assert code == 2 and "other columns" in err and other.read_text() == "id,backend\nx,vllm\n"
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "says"),
+    [
+        ("kv_cache_dtype", "int4", "kv_cache_dtype 'int4' is not one of"),
+        ("mem_fraction_static", "1.5", "mem_fraction_static '1.5' is not a share"),
+        ("mem_fraction_static", "lots", "mem_fraction_static 'lots'"),
+        ("prefix_cache", "sometimes", "prefix_cache 'sometimes' is not one of"),
+        ("max_running_requests", "0", "max_running_requests '0' is not a positive integer"),
+    ],
+)
+def test_a_setting_the_reader_cannot_read_is_that_rows_skip_reason(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, column: str, value: str, says: str
+) -> None:
+    out = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", VLLM, "--gpu", "h100", "--out", str(out)]
+    assert cli(capsys, *args, "--measured", str(write(tmp_path, "a.json")))[0] == 0
+    (row,) = rows(out)
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row | {column: value})
+    preds = tmp_path / "pred.csv"
+    code, _, err = cli(capsys, "calibrate", "evaluate", "--measurements", str(out), "--out", str(preds), "--json")
+    assert code == 0, err
+    (predicted,) = rows(preds)
+    assert predicted["predicted_ttft_ms"] == "" and says in predicted["skipped_reason"], predicted
