@@ -152,6 +152,17 @@ def test_appending_refuses_an_id_twice_and_a_file_of_other_columns(
     other.write_text("id,backend\nx,vllm\n")
     code, _, err = cli(capsys, *args[:-1], str(other), "--measured", str(write(tmp_path, "d.json")))
     assert code == 2 and "other columns" in err and other.read_text() == "id,backend\nx,vllm\n"
+    code, _, err = cli(capsys, *args[:4], "--gpu", "a100", "--out", str(tmp_path / "x.csv"), "--measured", str(out))
+    assert code == 2 and err.startswith("error: --gpu:") and err.count("\n") == 1
+
+
+def test_what_the_command_leaves_to_the_engine_is_said(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    launch = "sglang serve --model-path Qwen/Qwen3-32B --tp-size 2 --attention-backend fa3"
+    args = ["calibrate", "record", "--launch", launch, "--gpu", "h200", "--out", str(tmp_path / "m.csv")]
+    code, _, err = cli(capsys, *args, "--measured", str(write(tmp_path, "r.json")))
+    assert code == 0, err
+    assert "SGLang picks one by GPU" in err and "not modelled: --attention-backend" in err
+    assert rows(tmp_path / "m.csv")[0]["mem_fraction_static"] == "0.85"
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -149,12 +150,12 @@ def record(
 ) -> None:
     """Write benchmark results of a deployment as rows of a measurements file, for ``calibrate
     evaluate``, ``row`` and ``fit``."""
-    from tokenmill.hardware import load_gpu
+    from tokenmill.cli.options import load_gpu_flag
     from tokenmill.plan.launch_reading import read_launch
     from tokenmill.workload.bench_result import read_bench_result
 
     check_output("--out", out, (".csv",))
-    gpu_name = load_gpu(gpu).name if not gpu.endswith(".toml") else gpu
+    gpu_name = load_gpu_flag(gpu).name if not gpu.endswith(".toml") else gpu
     reading = read_launch(launch)
     _refuse_what_rows_cannot_say(reading)
     runs = [read_bench_result(path) for path in measured]
@@ -181,3 +182,8 @@ def record(
         raise TokenmillError(f"--out {str(out)!r}: {exc.strerror or exc}") from None
     for row in rows:
         print(f"{row['id']}: {row['silicon_ttft_ms']} ms / {row['silicon_tpot_ms'] or '—'} ms → {out}")
+    notes = [*reading.notes, *(n for run in runs for n in run.notes)]
+    if reading.not_modelled:
+        notes.append("not modelled: " + " ".join(reading.not_modelled))
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
