@@ -111,6 +111,25 @@ def test_what_the_engines_start_by_default(capsys: pytest.CaptureFixture[str]) -
     assert out["model"] == "qwen3-32b" and out["gpus"] == 2 and out["layout"]["mem_fraction_static"] == 0.9
 
 
+def test_trtllm_serve_reads_its_underscored_flags_and_says_what_it_leaves_out(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    launch = (
+        "trtllm-serve deepseek-ai/DeepSeek-R1 --backend pytorch --tp_size 8 --ep_size 8 --max_batch_size 256 "
+        "--kv_cache_free_gpu_memory_fraction 0.85 --trust_remote_code --extra_llm_api_options cfg.yml"
+    )
+    reading = read_launch(launch)
+    assert (reading.engine, reading.model, reading.gpus) == ("trtllm", "deepseek-ai/DeepSeek-R1", 8)
+    assert (reading.flags["tp"], reading.flags["ep"], reading.flags["max_running_requests"]) == (8, 8, 256)
+    assert any("memory left after the weights" in n for n in reading.notes)
+    assert any("--extra_llm_api_options is not read" in n for n in reading.notes)
+    assert reading.not_read == ("--trust-remote-code",) and reading.not_modelled == ()
+    assert read_launch("trtllm-serve serve Qwen/Qwen3-32B --tp_size 2").gpus == 2
+    args = ("predict", "--gpu", "b200", "--isl", "1024", "--osl", "64", "--concurrency", "4", "--json")
+    out = cli_json(capsys, *args, "--launch", launch)
+    assert out["backend"] == "trtllm" and out["model"] == "deepseek-r1" and out["layout"]["ep"] == 8
+
+
 def test_predict_takes_the_engine_from_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     args = ("predict", "--gpu", "h100", "--isl", "1024", "--osl", "64", "--concurrency", "2", "--json")
     assert cli_json(capsys, *args, "--launch", "vllm serve Qwen/Qwen3-32B -tp 2")["backend"] == "vllm"

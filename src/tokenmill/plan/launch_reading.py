@@ -1,4 +1,4 @@
-"""Read an SGLang or vLLM launch command back into tokenmill's layout flags (``--launch``).
+"""Read an SGLang, vLLM or TensorRT-LLM launch command back into tokenmill's layout flags (``--launch``).
 
 The inverse of ``plan.launch``: a serving engineer has a command that runs, and wants its memory
 plan and its predicted latency without spelling the layout again in tokenmill's words. The
@@ -89,7 +89,7 @@ class LaunchReading:
     """What a launch command starts: the engine, the model it loads, tokenmill's layout flags
     (``cli.options`` keys) it sets, the GPUs it uses, and the flags it does not read."""
 
-    engine: str  # "sglang" or "vllm"
+    engine: str  # "sglang", "vllm" or "trtllm"
     model: str | None
     flags: dict[str, Any]
     gpus: int  # a worker's tp × pp, times SGLang's DP replicas
@@ -115,9 +115,12 @@ def _engine(tokens: list[str]) -> tuple[str, list[str]]:
     heads = {
         ("sglang", "serve"): "sglang",
         ("vllm", "serve"): "vllm",
+        ("trtllm-serve", "serve"): "trtllm",
     }
     if tuple(rest[:2]) in heads:
         return heads[(rest[0], rest[1])], rest[2:]
+    if rest[:1] == ["trtllm-serve"]:  # the subcommand is optional: `trtllm-serve MODEL …`
+        return "trtllm", rest[1:]
     if len(rest) >= 3 and re.fullmatch(r"(.*/)?python(3(\.\d+)?)?", rest[0]) and rest[1] == "-m":
         if rest[2] == "sglang.launch_server":
             return "sglang", rest[3:]
@@ -125,8 +128,8 @@ def _engine(tokens: list[str]) -> tuple[str, list[str]]:
             return "vllm", rest[3:]
     got = " ".join(rest[:3]) or "nothing"
     raise TokenmillError(
-        "--launch must start with `sglang serve`, `python -m sglang.launch_server`, `vllm serve` or "
-        f"`python -m vllm.entrypoints.openai.api_server` (got {got!r})"
+        "--launch must start with `sglang serve`, `python -m sglang.launch_server`, `vllm serve`, "
+        f"`python -m vllm.entrypoints.openai.api_server` or `trtllm-serve` (got {got!r})"
     )
 
 
@@ -380,6 +383,52 @@ def _vllm(positional: list[str], opts: dict[str, str | None]) -> LaunchReading:
     return _reading("vllm", model, flags, attn_tp * dp * pp, opts, positional, [])
 
 
+_READ_TRTLLM = frozenset(
+    {
+        "--model",
+        "--tp-size",
+        "--pp-size",
+        "--ep-size",
+        "--moe-expert-parallel-size",
+        "--max-batch-size",
+        "--kv-cache-free-gpu-memory-fraction",
+        "--backend",
+        "--extra-llm-api-options",
+    }
+)
+
+
+def _trtllm(positional: list[str], opts: dict[str, str | None]) -> LaunchReading:
+    """``trtllm-serve MODEL --tp_size N --ep_size N …`` (TensorRT-LLM spells its flags with
+    underscores; read as dashes). Attention DP and MTP live in the ``--extra_llm_api_options``
+    YAML, which is not read: a note says so."""
+    tp = _int(opts, "--tp-size") or 1
+    pp = _int(opts, "--pp-size") or 1
+    flags: dict[str, Any] = {
+        "tp": tp,
+        "pp": pp,
+        "ep": _int(opts, "--ep-size", "--moe-expert-parallel-size") or 1,
+        "dp_attention": 1,
+    }
+    cap = _int(opts, "--max-batch-size")
+    if cap is not None:
+        flags["max_running_requests"] = cap
+    notes = []
+    backend = _text(opts, "--backend")
+    if backend is not None and backend.lower() != "pytorch":
+        notes.append(f"--backend {backend}: tokenmill's TRT-LLM constants are fitted on the PyTorch backend's runs")
+    free = _float(opts, "--kv-cache-free-gpu-memory-fraction")
+    notes.append(
+        "TRT-LLM sizes its KV cache as a share of the memory left after the weights "
+        f"(--kv_cache_free_gpu_memory_fraction {0.9 if free is None else free:g}); tokenmill's 0.85 of the whole "
+        "GPU is used (give --mem-fraction-static to change it)"
+    )
+    if "--extra-llm-api-options" in opts:
+        notes.append("--extra_llm_api_options is not read: attention DP, MTP and cache settings there are not planned")
+    model = _text(opts, "--model") or (positional.pop(0) if positional else None)
+    return _reading("trtllm", model, flags, tp * pp, opts, positional, notes)
+
+
 def _reading(
     engine: str,
     model: str | None,
@@ -391,7 +440,7 @@ def _reading(
 ) -> LaunchReading:
     if positional:
         raise TokenmillError(f"--launch: {positional[0]!r} is not a flag {engine} takes here")
-    read = _READ_SGLANG if engine == "sglang" else _READ_VLLM
+    read = {"sglang": _READ_SGLANG, "vllm": _READ_VLLM, "trtllm": _READ_TRTLLM}[engine]
     not_read = tuple(f for f in opts if f in _NO_EFFECT and f not in read)
     not_modelled = tuple(f for f in opts if f not in _NO_EFFECT and f not in read)
     return LaunchReading(
@@ -407,10 +456,10 @@ def _reading(
 
 
 def read_launch(text: str) -> LaunchReading:
-    """Read one SGLang or vLLM launch command (``\\``-continued lines and quotes as a shell reads
+    """Read one SGLang, vLLM or TensorRT-LLM launch command (``\\``-continued lines and quotes as a shell reads
     them); a one-line ``TokenmillError`` naming the flag where it cannot be read."""
     if not isinstance(text, str) or not text.strip():
         raise TokenmillError("--launch needs a command, e.g. 'sglang serve --model-path M --tp-size 8'")
     engine, rest = _engine(_tokens(text))
     positional, opts = _options(rest)
-    return _sglang(positional, opts) if engine == "sglang" else _vllm(positional, opts)
+    return {"sglang": _sglang, "vllm": _vllm, "trtllm": _trtllm}[engine](positional, opts)
