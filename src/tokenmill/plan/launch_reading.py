@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tokenmill.errors import TokenmillError
@@ -96,7 +96,7 @@ class LaunchReading:
     nnodes: int | None = None
     not_read: tuple[str, ...] = ()  # flags with no effect on memory or time
     not_modelled: tuple[str, ...] = ()  # flags that may have one, which tokenmill does not model
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
 
 def _tokens(text: str) -> list[str]:
