@@ -191,3 +191,33 @@ def test_a_setting_the_reader_cannot_read_is_that_rows_skip_reason(
     assert code == 0, err
     (predicted,) = rows(preds)
     assert predicted["predicted_ttft_ms"] == "" and says in predicted["skipped_reason"], predicted
+
+
+def test_a_refit_of_your_rows_from_the_shipped_constants_keeps_the_rest(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`calibrate fit --start shipped` on recorded rows: the rows' GPU and engine refitted, every
+    other GPU and engine as shipped, and the rows predicted closer than before."""
+    from tokenmill.perf.calibrated import load_table, shipped_path
+
+    mine = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", VLLM, "--gpu", "h100", "--out", str(mine)]
+    assert cli(capsys, *args, "--measured", str(write(tmp_path, "a.json", mean_ttft_ms=400.0)))[0] == 0
+    fitted = tmp_path / "mine.json"
+    fit = ["calibrate", "fit", "--measurements", str(mine), "--start", "shipped", "--out", str(fitted)]
+    code, _, err = cli(capsys, *fit, "--rounds", "1", "--sweeps", "1")
+    assert code == 0, err
+    shipped, table = load_table(shipped_path()), load_table(fitted)
+    assert table.meta["kept_from_start"] == [
+        *(f"gpus.{g}" for g in shipped.gpus if g != "h100"),
+        *(f"backends.{b}" for b in shipped.backends if b != "vllm"),
+    ]
+    assert table.gpus["b200"] == shipped.gpus["b200"] and table.backends["sglang"] == shipped.backends["sglang"]
+    assert table.gpus["h100"] != shipped.gpus["h100"] or table.backends["vllm"] != shipped.backends["vllm"]
+    errors = []
+    for params in ([], ["--params", str(fitted)]):
+        preds = tmp_path / "pred.csv"
+        evaluate = ["calibrate", "evaluate", "--measurements", str(mine), "--out", str(preds), "--json", *params]
+        assert cli(capsys, *evaluate)[0] == 0
+        errors.append(abs(float(rows(preds)[0]["predicted_ttft_ms"]) / 400.0 - 1))
+    assert errors[1] < errors[0], errors

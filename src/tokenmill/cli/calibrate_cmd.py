@@ -405,7 +405,14 @@ def fit(
     out: Annotated[
         Path | None, typer.Option("--out", help="Where to write the constants (default: the shipped params.json).")
     ] = None,
-    start: Annotated[Path | None, typer.Option("--start", help="Constants to start from (default: priors).")] = None,
+    start: Annotated[
+        Path | None,
+        typer.Option(
+            "--start",
+            help="Constants to start from: a params.json, or 'shipped' for the ones every command uses "
+            "(default: priors). A few rows of your own (calibrate record) are best fitted from 'shipped'.",
+        ),
+    ] = None,
     max_rows: Annotated[int | None, typer.Option("--max-rows", help="Fit on a stratified subsample.")] = None,
     rounds: Annotated[int, typer.Option("--rounds", help="Replay-then-fit rounds.")] = 2,
     sweeps: Annotated[int, typer.Option("--sweeps", help="Coordinate-descent sweeps per round.")] = 5,
@@ -436,6 +443,8 @@ def fit(
         raise TokenmillError(f"--max-rows must be positive (got {max_rows})")
     check_output("--out", out)  # before a fit of many minutes, not after it
     check_distinct_outputs([("--out", out)], ("--measurements", measurements))
+    if start is not None and str(start) == "shipped" and not start.exists():
+        start = shipped_path()
     table = load_table(start) if start is not None else ParamTable()
     msgs: list[str] = []
     log = msgs.append if json_out else (lambda m: print(m, file=sys.stderr))
@@ -461,6 +470,16 @@ def fit(
         argv += ["--sweeps", str(sweeps)]
     if versions:
         argv.append("--versions")
+    if start is not None:
+        argv += ["--start", str(start)]
+        # GPUs and engines the rows do not reach keep the constants they started from (a few rows
+        # of one deployment refine its GPU and engine; they say nothing of the others)
+        kept = [f"gpus.{g}" for g in table.gpus if g not in fitted.gpus]
+        kept += [f"backends.{b}" for b in table.backends if b not in fitted.backends]
+        fitted.gpus |= {g: v for g, v in table.gpus.items() if g not in fitted.gpus}
+        fitted.backends |= {b: v for b, v in table.backends.items() if b not in fitted.backends}
+        if kept:
+            fitted.meta["kept_from_start"] = kept
     fitted.meta.update({"command": " ".join(argv), "measurements_rows": len(rows)})
     target = out if out is not None else shipped_path()
     try:
