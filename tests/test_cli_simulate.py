@@ -340,3 +340,46 @@ def test_simulate_and_sweep_take_set_what_ifs(capsys: pytest.CaptureFixture[str]
     assert code == 0 and "constants set by --set" in err and "compute_scale" in err
     code, _, err = cli(capsys, "sweep", "--set", "compute_scale=9")
     assert code == 2 and "--set compute_scale must be between 0.3 and 3" in err
+
+
+def _gaps_cv(path: Path) -> float:
+    import csv
+    import itertools
+    import statistics
+
+    with path.open(newline="") as f:
+        sends = sorted(float(r["send_s"]) for r in csv.DictReader(f))
+    gaps = [b - a for a, b in itertools.pairwise(sends)]
+    return statistics.pstdev(gaps) / statistics.fmean(gaps)
+
+
+def test_burstiness_shapes_the_simulated_arrivals(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--burstiness 1 is the run without it, bit for bit; 0.25 and 4 give gaps whose coefficient of
+    variation is near 2 and 0.5 (vLLM's Gamma gaps; 1/√B), and the bursty run meets the SLO less."""
+    base = [
+        "simulate",
+        "--pool-ratio",
+        "1.1",
+        "--workload",
+        "fresh",
+        "--rate",
+        "0.7",
+        "--duration",
+        "200",
+        "--seed",
+        "1",
+    ]
+    plain = cli_json(capsys, *base, "--json")
+    assert cli_json(capsys, *base, "--burstiness", "1", "--json") == plain
+    runs = {}
+    for b in ("0.25", "4"):
+        out = tmp_path / f"b{b}.csv"
+        runs[b] = cli_json(capsys, *base, "--burstiness", b, "--requests-out", str(out), "--json")
+        runs[b]["cv"] = _gaps_cv(out)
+    assert runs["0.25"]["cv"] > 1.4, f"B = 0.25: CV {runs['0.25']['cv']:.2f}, 1/√B = 2"
+    assert runs["4"]["cv"] < 0.7, f"B = 4: CV {runs['4']['cv']:.2f}, 1/√B = 0.5"
+    assert runs["0.25"]["slo_attainment"] < runs["4"]["slo_attainment"]
+    code, _, err = cli(capsys, "sweep", "--concurrencies", "1,2", "--burstiness", "2")
+    assert code == 2 and "--burstiness" in err and err.count("\n") == 1
+    code, _, err = cli(capsys, "simulate", "--concurrency", "2", "--num-requests", "4", "--burstiness", "2")
+    assert code == 2 and "needs a finite --rate" in err

@@ -23,6 +23,7 @@ from tokenmill.cli.options import (
     with_layout_options,
 )
 from tokenmill.cli.traffic_options import (
+    BurstinessOpt,
     ConcOpt,
     DurationOpt,
     NumOpt,
@@ -120,6 +121,7 @@ def simulate(
     duration: DurationOpt = None,
     num_requests: NumOpt = None,
     seed: SeedOpt = 0,
+    burstiness: BurstinessOpt = 1.0,
     isl: Annotated[int, typer.Option("--isl", help="random: input length.")] = 1024,
     osl: Annotated[int, typer.Option("--osl", help="random: output length.")] = 1024,
     sessions: Annotated[int, typer.Option("--sessions", help="long-session: sessions.")] = 4,
@@ -177,7 +179,7 @@ def simulate(
     probes = probe_tokens or [8400]
     runs: list[tuple[str, Any, Any]] = []
     for probe in probes if workload == "interference" else [0]:
-        extra: dict[str, Any] = {"isl": isl, "osl": osl, "sessions": sessions, "turns": turns}
+        extra: dict[str, Any] = {"isl": isl, "osl": osl, "sessions": sessions, "turns": turns, "burstiness": burstiness}
         if workload == "interference":
             extra["probe_tokens"] = probe
         wl = _workload(workload, plan, rate, concurrency, duration, num_requests, seed, extra)
@@ -240,6 +242,7 @@ def sweep(
     duration: Annotated[float, typer.Option("--duration", help="Seconds of arrivals per rate point.")] = 240.0,
     num_requests: Annotated[int, typer.Option("--num-requests", help="Requests per concurrency point.")] = 128,
     seed: SeedOpt = 0,
+    burstiness: BurstinessOpt = 1.0,
     target: Annotated[float, typer.Option("--target", help="Attainment the sustained rate must keep.")] = 0.95,
     rate_lo: Annotated[float, typer.Option("--rate-lo")] = 0.1,
     rate_hi: Annotated[float, typer.Option("--rate-hi")] = 4.0,
@@ -288,6 +291,8 @@ def sweep(
     if find_sustained and not 0 < rate_lo < rate_hi < math.inf:
         raise TokenmillError(f"--rate-lo and --rate-hi must satisfy 0 < lo < hi (got {rate_lo}, {rate_hi})")
     _check_sweep_sizes(rate_list, rate_hi if find_sustained else None, conc_list, duration)
+    if burstiness != 1.0 and not (rate_list or find_sustained):
+        raise TokenmillError("--burstiness shapes the gaps of the --rates points: give --rates or --find-sustained")
     named = compared_plans(base, compare, label, gpus)
     results: dict[str, Any] = {"slo": {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}, "layouts": {}}
     show = not json_out and sys.stderr.isatty()
@@ -306,7 +311,7 @@ def sweep(
             def attainment(
                 r: float, plan: Any = plan, opts: Any = opts, entry: dict[str, Any] = entry, task: Any = task
             ) -> float:
-                wl = _workload(workload, plan, r, None, duration, None, seed, {})
+                wl = _workload(workload, plan, r, None, duration, None, seed, {"burstiness": burstiness})
                 s = simulation_summary(run(plan, wl, opts), slo, expected=len(wl.requests))
                 entry["rates"].append(
                     {

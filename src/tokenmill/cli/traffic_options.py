@@ -13,6 +13,7 @@ import typer
 from tokenmill.errors import TokenmillError
 
 __all__ = [
+    "BurstinessOpt",
     "ConcOpt",
     "DurationOpt",
     "NumOpt",
@@ -33,6 +34,14 @@ ConcOpt = Annotated[int | None, typer.Option("--concurrency", help="Closed loop:
 DurationOpt = Annotated[float | None, typer.Option("--duration", help="Seconds of arrivals.")]
 NumOpt = Annotated[int | None, typer.Option("--num-requests", help="Requests (sessions for agentic).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random choice.")]
+BurstinessOpt = Annotated[
+    float,
+    typer.Option(
+        "--burstiness",
+        help="With a rate: gaps between arrivals ~ Gamma(shape=B, mean 1/rate), coefficient of variation "
+        "1/√B (vLLM's --burstiness): 1 = Poisson, larger = more regular, smaller = burstier.",
+    ),
+]
 TtftOpt = Annotated[float, typer.Option("--slo-ttft-ms", help="SLO: time to first token.")]
 TpotOpt = Annotated[float, typer.Option("--slo-tpot-ms", help="SLO: mean time per output token.")]
 
