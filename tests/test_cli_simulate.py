@@ -356,19 +356,8 @@ def _gaps_cv(path: Path) -> float:
 def test_burstiness_shapes_the_simulated_arrivals(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """--burstiness 1 is the run without it, bit for bit; 0.25 and 4 give gaps whose coefficient of
     variation is near 2 and 0.5 (vLLM's Gamma gaps; 1/√B), and the bursty run meets the SLO less."""
-    base = [
-        "simulate",
-        "--pool-ratio",
-        "1.1",
-        "--workload",
-        "fresh",
-        "--rate",
-        "0.7",
-        "--duration",
-        "200",
-        "--seed",
-        "1",
-    ]
+    base = ["simulate", "--pool-ratio", "1.1", "--workload", "fresh", "--rate", "0.7"]
+    base += ["--duration", "200", "--seed", "1"]
     plain = cli_json(capsys, *base, "--json")
     assert cli_json(capsys, *base, "--burstiness", "1", "--json") == plain
     runs = {}
