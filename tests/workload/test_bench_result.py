@@ -194,7 +194,7 @@ def test_predict_measured_sweep_is_the_curve_at_the_files_points(
     code, _, err = cli(capsys, *PREDICT, *files[:2], "--measured", str(write(tmp_path, other, "long.json")))
     assert code == 2 and "share ISL and OSL" in err and err.count("\n") == 1
     code, _, err = cli(capsys, *PREDICT, *files[:2], *files[:2])
-    assert code == 2 and "two files ran 64 lanes" in err
+    assert code == 2 and "both ran 64 lanes" in err and err.count("\n") == 1
     same = cli_json(capsys, *PREDICT, *files, "--concurrency", "64,1,16")
     assert [p["concurrency"] for p in same["points"]] == [1, 16, 64]
 
@@ -214,3 +214,35 @@ def test_predict_measured_refuses_another_point(
     assert code == 2 and out == "" and err.count("\n") == 1 and says in err, err
     same = cli_json(capsys, *PREDICT, "--measured", str(write(tmp_path, VLLM)), "--isl", "1024", "--osl", "256")
     assert same["isl"] == 1024 and "measured" in same  # the same point given twice is no conflict
+
+
+def test_a_json_lines_sweep_is_every_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """SGLang appends a run a line: `--measured` takes each line as a point (the line named in
+    its source), and `calibrate record` writes a row each."""
+    lines = [SGLANG | {"max_concurrency": c, "mean_ttft_ms": 100.0 * c} for c in (4, 1, 16)]
+    path = write(tmp_path, "\n".join(json.dumps(x) for x in lines) + "\n", "sweep.jsonl")
+    from tokenmill.workload.bench_result import read_bench_results
+
+    runs = read_bench_results(path)
+    assert [(r.concurrency, r.ttft_ms, r.source) for r in runs] == [
+        (4, 400.0, f"{path}:1"),
+        (1, 100.0, f"{path}:2"),
+        (16, 1600.0, f"{path}:3"),
+    ]
+    args = ("predict", "--model", "deepseek-r1", "--gpu", "h200", "--backend", "sglang", "--json")
+    curve = cli_json(capsys, *args, "--measured", str(path))
+    assert [(p["concurrency"], p["measured"]["ttft_ms"]) for p in curve["points"]] == [
+        (1, 100.0),
+        (4, 400.0),
+        (16, 1600.0),
+    ]
+    out = tmp_path / "mine.csv"
+    launch = "sglang serve --model-path deepseek-ai/DeepSeek-R1 --tp-size 8"
+    record = ["calibrate", "record", "--launch", launch, "--gpu", "h200", "--out", str(out)]
+    code, printed, err = cli(capsys, *record, "--measured", str(path))
+    assert code == 0 and printed.count("\n") == 3, err
+    twice = write(tmp_path, "\n".join(json.dumps(x) for x in [*lines, lines[0]]), "again.jsonl")
+    code, _, err = cli(capsys, *record[:-1], str(tmp_path / "other.csv"), "--measured", str(twice))
+    assert code == 2 and f"{twice}:1" in err and f"{twice}:4" in err and "keep one" in err
+    code, _, err = cli(capsys, *args, "--measured", str(twice))
+    assert code == 2 and "both ran 4 lanes" in err

@@ -152,13 +152,22 @@ def record(
     evaluate``, ``row`` and ``fit``."""
     from tokenmill.cli.options import load_gpu_flag
     from tokenmill.plan.launch_reading import read_launch
-    from tokenmill.workload.bench_result import read_bench_result
+    from tokenmill.workload.bench_result import read_bench_results
 
     check_output("--out", out, (".csv",))
     gpu_name = load_gpu_flag(gpu).name if not gpu.endswith(".toml") else gpu
     reading = read_launch(launch)
     _refuse_what_rows_cannot_say(reading)
-    runs = [read_bench_result(path) for path in measured]
+    runs = [run for path in measured for run in read_bench_results(path)]  # JSON lines: a row a run
+    seen: dict[tuple[int, int, int], str] = {}
+    for run in runs:
+        key = (run.isl, run.osl, run.concurrency)
+        if key in seen:
+            raise TokenmillError(
+                f"--measured: {seen[key]} and {run.source} both ran {run.isl:,}/{run.osl:,} at "
+                f"{run.concurrency:,} lanes; a row each would share an id: keep one"
+            )
+        seen[key] = run.source
     flags = reading.flags
     layout = f"tp{flags['tp']}" + (f"_dp{flags['dp_attention']}" if flags["dp_attention"] > 1 else "")
     layout += f"_ep{flags['ep']}" if flags["ep"] > 1 else ""

@@ -24,11 +24,11 @@ def measured_points(
     """The files' points, by concurrency. ``isl``/``osl``: (given, default). A flag given beside
     them that names another point is refused, as are files of other lengths, two files at one
     concurrency, and ``--compare`` (the measurements are of one deployment)."""
-    from tokenmill.workload.bench_result import read_bench_result
+    from tokenmill.workload.bench_result import read_bench_results
 
     if comparing:
         raise TokenmillError("--measured is of one deployment: it takes no --compare or --label")
-    runs = [read_bench_result(p) for p in paths]
+    runs = [run for p in paths for run in read_bench_results(p)]  # JSON lines: every run a point
     first = runs[0]
     for run in runs[1:]:
         if (run.isl, run.osl) != (first.isl, first.osl):
@@ -37,9 +37,13 @@ def measured_points(
                 f"{run.source} {run.isl:,}/{run.osl:,}"
             )
     levels = [run.concurrency for run in runs]
-    if len(set(levels)) < len(levels):
-        twice = next(c for c in levels if levels.count(c) > 1)
-        raise TokenmillError(f"--measured: two files ran {twice:,} lanes; give one a concurrency")
+    for i, run in enumerate(runs):
+        other = next((o for o in runs[:i] if o.concurrency == run.concurrency), None)
+        if other is not None:
+            raise TokenmillError(
+                f"--measured: {other.source} and {run.source} both ran {run.concurrency:,} lanes; "
+                "keep one run a concurrency"
+            )
     ran = ",".join(str(c) for c in sorted(levels))
     for flag, (given, default), value in (("--isl", isl, first.isl), ("--osl", osl, first.osl)):
         if given != default and given != value:

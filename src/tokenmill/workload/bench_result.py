@@ -1,4 +1,4 @@
-"""A benchmark result file read back as one measured closed-loop point (``predict --measured``).
+"""Benchmark result files read back as measured closed-loop points (``predict --measured``).
 
 A serving engineer who has measured a deployment wants the prediction of the same point beside the
 measurement. The point is what the file says ran: fixed-length prompts and answers in a closed loop
@@ -6,21 +6,22 @@ at ``max_concurrency`` (bench_serving's ``--request-rate inf``), the lengths fro
 ``random_input_len``/``random_output_len`` where the file has them (tokenmill's and SGLang's) and
 otherwise the completed requests' means (vLLM's result file records only totals), and the measured
 mean TTFT and TPOT. tokenmill's ``bench --output-file``/``--save-result``, vLLM's ``--save-result``
-and SGLang's ``--output-file`` (JSON lines, appended run after run: the last line is the run) all
-read. A file that does not describe such a point is one line naming the key and what it held.
+and SGLang's ``--output-file`` (JSON lines, appended run after run: every line a point for
+``read_bench_results``, the last one for ``read_bench_result``) all read. A file that does not
+describe such a point is one line naming the key and what it held.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tokenmill.errors import TokenmillError
 
-__all__ = ["MeasuredPoint", "read_bench_result"]
+__all__ = ["MeasuredPoint", "read_bench_result", "read_bench_results"]
 
 
 @dataclass(frozen=True)
@@ -38,26 +39,32 @@ class MeasuredPoint:
     notes: tuple[str, ...] = ()
 
 
-def _record(path: Path) -> tuple[dict[str, Any], list[str]]:
+def _records(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """The file's runs with where each is (``'file'``, or ``'file':N`` for line N of JSON lines)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise TokenmillError(f"--measured {str(path)!r}: {reason}") from None
-    notes: list[str] = []
     try:
         data = json.loads(text)
     except ValueError:  # JSON lines: SGLang appends one object a run
-        lines = [line for line in text.splitlines() if line.strip()]
-        try:
-            data = json.loads(lines[-1]) if lines else None
-        except ValueError:
-            raise TokenmillError(f"--measured {str(path)!r}: neither JSON nor JSON lines") from None
-        if len(lines) > 1:
-            notes.append(f"the last of the file's {len(lines)} runs")
-    if not isinstance(data, dict):
-        raise TokenmillError(f"--measured {str(path)!r}: a benchmark result is one JSON object")
-    return data, notes
+        runs = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    runs.append((json.loads(line), f"{str(path)!r}:{number}"))
+                except ValueError:
+                    raise TokenmillError(f"--measured {str(path)!r}: neither JSON nor JSON lines") from None
+        data_runs = runs
+    else:
+        data_runs = [(data, repr(str(path)))]
+    for data, where in data_runs:
+        if not isinstance(data, dict):
+            raise TokenmillError(f"--measured {where}: a benchmark result is one JSON object")
+    if not data_runs:
+        raise TokenmillError(f"--measured {str(path)!r}: a benchmark result is one JSON object (the file is empty)")
+    return data_runs
 
 
 def _number(data: dict[str, Any], key: str, where: str) -> float:
@@ -83,11 +90,25 @@ def _length(data: dict[str, Any], key: str, total_key: str, completed: int, wher
     return fixed
 
 
-def read_bench_result(path: str | Path) -> MeasuredPoint:
-    """The closed-loop point a benchmark result file measured (see the module docstring)."""
+def read_bench_results(path: str | Path) -> list[MeasuredPoint]:
+    """Every closed-loop point a benchmark result file measured: one for a JSON file, one a line
+    for JSON lines (SGLang's ``--output-file`` of a sweep), in the file's order."""
     p = Path(path)
-    where = repr(str(p))
-    data, notes = _record(p)
+    return [_point(data, where, p) for data, where in _records(p)]
+
+
+def read_bench_result(path: str | Path) -> MeasuredPoint:
+    """The closed-loop point a benchmark result file measured: the last run of JSON lines."""
+    runs = read_bench_results(path)
+    last = runs[-1]
+    if len(runs) == 1:
+        return last
+    return replace(last, notes=(*last.notes, f"the last of the file's {len(runs)} runs"))
+
+
+def _point(data: dict[str, Any], where: str, path: Path) -> MeasuredPoint:
+    """One run's point (``where`` names the file, and the line of JSON lines, in errors)."""
+    notes: list[str] = []
     rate = data.get("request_rate")
     if rate not in (None, "inf") and not (isinstance(rate, float) and math.isinf(rate)):
         raise TokenmillError(
@@ -110,7 +131,7 @@ def read_bench_result(path: str | Path) -> MeasuredPoint:
     osl = _length(data, "random_output_len", "total_output_tokens", completed, where, notes)
     tpot = _number(data, "mean_tpot_ms", where) if osl > 1 else None
     return MeasuredPoint(
-        source=str(p),
+        source=str(path) if where == repr(str(path)) else f"{path}:{where.rsplit(':', 1)[1]}",
         isl=isl,
         osl=osl,
         concurrency=conc,
