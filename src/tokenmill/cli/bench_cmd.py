@@ -243,7 +243,7 @@ def bench(
     """Benchmark an OpenAI-compatible server: bench_serving's summary, goodput and SLO attainment."""
     from tokenmill.workload.arrivals import MAX_REQUESTS
     from tokenmill.workload.bench_client import BenchConfig, bench_summary, request_details, run
-    from tokenmill.workload.catalog import BURSTY_WORKLOADS, WORKLOADS
+    from tokenmill.workload.catalog import WORKLOADS, check_burstiness
 
     del ignore_eos  # always on (see its help): nothing to do
     _check("--num-prompts", 1 <= num_prompts <= MAX_REQUESTS, f"an integer from 1 to {MAX_REQUESTS:,}", num_prompts)
@@ -257,17 +257,7 @@ def bench(
     if request_rate is not None:
         _check("--request-rate", request_rate > 0, "> 0 (or inf)", request_rate)
     if burstiness is not None:
-        _check("--burstiness", 0 < burstiness < math.inf, "a finite number > 0", burstiness)
-        if request_rate is None or math.isinf(request_rate):
-            raise TokenmillError(
-                "--burstiness shapes the gaps between arrivals: it needs a finite --request-rate "
-                f"(got {'none' if request_rate is None else request_rate})"
-            )
-        if burstiness != 1.0 and workload not in BURSTY_WORKLOADS:
-            raise TokenmillError(
-                f"--burstiness applies to --workload {'|'.join(BURSTY_WORKLOADS)}, whose arrivals it draws "
-                f"(got {workload!r})"
-            )
+        check_burstiness(burstiness, request_rate, workload, "--request-rate", given=True)
     if concurrency is None and request_rate is None and not workload.startswith("trace:"):
         raise TokenmillError("give --concurrency C (closed loop) or --request-rate R (Poisson), or both")
     _check("--isl", isl >= 1, "a positive integer", isl)

@@ -39,19 +39,22 @@ class WorkloadOptions:
 BURSTY_WORKLOADS = ("fresh", "long-session", "random", "agentic")
 
 
-def _check_burstiness(name: str, opts: WorkloadOptions) -> None:
-    """Refuse a ``--burstiness`` that would change nothing: not a finite number > 0, or other
-    than 1 without a finite ``--rate`` (closed loop has no gaps) or for a workload whose arrivals
-    it does not draw. Silently ignoring it would report a burstiness the run did not have."""
-    b = opts.burstiness
+def check_burstiness(
+    burstiness: object, rate: float | None, workload: str, rate_flag: str = "--rate", given: bool = False
+) -> None:
+    """Refuse a ``--burstiness`` that would change nothing: not a finite number > 0, or (other than
+    1, or at all where the flag was ``given``) without a finite ``rate_flag`` (closed loop has no
+    gaps) or for a workload whose arrivals it does not draw. Silently ignoring it would report a
+    burstiness the run did not have."""
+    b = burstiness
     if isinstance(b, bool) or not isinstance(b, int | float) or not 0 < b < math.inf:  # also refuses nan
         raise TokenmillError(f"--burstiness must be a finite number > 0 (got {b!r})")
-    if b == 1.0:
+    if b == 1.0 and not given:
         return
-    if opts.rate is None:
-        raise TokenmillError("--burstiness shapes the gaps between arrivals: it needs a finite --rate")
-    if name not in BURSTY_WORKLOADS:
-        raise TokenmillError(f"--burstiness applies to --workload {'|'.join(BURSTY_WORKLOADS)} (got {name!r})")
+    if rate is None or math.isinf(rate):
+        raise TokenmillError(f"--burstiness shapes the gaps between arrivals: it needs a finite {rate_flag}")
+    if b != 1.0 and workload not in BURSTY_WORKLOADS:
+        raise TokenmillError(f"--burstiness applies to --workload {'|'.join(BURSTY_WORKLOADS)} (got {workload!r})")
 
 
 def make_workload(name: str, opts: WorkloadOptions) -> Workload:
@@ -75,7 +78,7 @@ def make_workload(name: str, opts: WorkloadOptions) -> Workload:
     check_int("--sessions", opts.sessions, 1)
     check_int("--turns", opts.turns, 1)
     check_fraction("--random-range-ratio", opts.range_ratio)
-    _check_burstiness(name, opts)
+    check_burstiness(opts.burstiness, opts.rate, name)
     n, dur = opts.num_requests, opts.duration_s
     if name == "fresh":
         if opts.concurrency is not None:
