@@ -151,12 +151,15 @@ def record(
     """Write benchmark results of a deployment as rows of a measurements file, for ``calibrate
     evaluate``, ``row`` and ``fit``."""
     from tokenmill.cli.options import load_gpu_flag
+    from tokenmill.hardware.engines import check_engine_runs_on
     from tokenmill.plan.launch_reading import read_launch
     from tokenmill.workload.bench_result import read_bench_results
 
     check_output("--out", out, (".csv",))
-    gpu_name = load_gpu_flag(gpu).name if not gpu.endswith(".toml") else gpu
+    hw = load_gpu_flag(gpu)
+    gpu_name = hw.name if not gpu.endswith(".toml") else gpu
     reading = read_launch(launch)
+    check_engine_runs_on(reading.engine, hw, "--launch: engine")
     _refuse_what_rows_cannot_say(reading)
     runs = [run for path in measured for run in read_bench_results(path)]  # JSON lines: a row a run
     seen: dict[tuple[int, int, int], str] = {}

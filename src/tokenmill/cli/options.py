@@ -304,6 +304,10 @@ def apply_launch(text: str, kwargs: dict[str, Any], flags: dict[str, Any], defau
     from tokenmill.plan.launch_reading import read_launch
 
     reading = read_launch(text)
+    if "gpu" in kwargs:
+        from tokenmill.hardware.engines import check_engine_runs_on
+
+        check_engine_runs_on(reading.engine, load_gpu_flag(kwargs["gpu"]), "--launch: engine")
     for key, value in reading.flags.items():
         given = flags.get(key, _LAYOUT_DEFAULTS[key])
         if given != _LAYOUT_DEFAULTS[key] and given != value:

@@ -145,6 +145,7 @@ def predict(
     ``--slo-ttft-ms``/``--slo-tpot-ms`` mark the points whose mean TTFT and TPOT meet the target
     and name, per layout, the one with the most output per GPU among them."""
     from tokenmill.cli.deployments import Deployment, base_deployment, compared
+    from tokenmill.hardware.engines import check_engine_runs_on
     from tokenmill.perf.accuracy import band_for, model_key
     from tokenmill.perf.calibrated import load_table, shipped_path
     from tokenmill.perf.params import override
@@ -171,6 +172,7 @@ def predict(
     figures = check_figures("--figure", figure)
     flags = layout_flags or {}
     plan = build_plan(model, gpu, gpus, flags)
+    check_engine_runs_on(b, plan.gpu, "--backend")
     base, base_changes, base_dgpus = base_deployment(
         plan, prefill_workers, decode_workers, decode_gpus, decode_layout, gpus
     )

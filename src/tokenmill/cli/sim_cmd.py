@@ -91,12 +91,16 @@ def _perf(gpu: str, backend: str | None, set_: list[str] | None = None) -> tuple
     """The cost-model constants for ``--gpu``/``--backend`` and notes on where they came from (the
     priors without ``--backend``, the historical default: ``PRIORS_NOTE``), with ``--set``'s
     what-ifs applied on top."""
+    from tokenmill.hardware import load_gpu
+    from tokenmill.hardware.engines import check_engine_runs_on
     from tokenmill.perf.calibrated import resolve_params
     from tokenmill.perf.params import override
 
     name = None if backend is None else backend.strip().lower()  # as `predict` reads it
     if name is not None and name not in _BACKENDS:
         raise TokenmillError(f"--backend must be one of {'|'.join(_BACKENDS)} (got {backend!r})")
+    if name is not None:
+        check_engine_runs_on(name, load_gpu(gpu), "--backend")
     params, notes = resolve_params(gpu, name)
     notes = [PRIORS_NOTE if n.startswith("no --backend") else n for n in notes]
     if set_:

@@ -58,6 +58,7 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU, load_gpu
+from tokenmill.hardware.engines import ENGINES, check_engine_runs_on
 from tokenmill.jsonfile import read_json_object
 from tokenmill.paths import path_exists
 from tokenmill.plan.layout import KVDtype, Layout, PrefixCache
@@ -68,7 +69,7 @@ from tokenmill.spec.requantize import WEIGHT_FORMATS, requantize
 #: Columns a measurements file must have (silicon columns are optional: then we only predict).
 REQUIRED_COLUMNS = ("id", "backend", "model_path", "system", "mode", "isl", "osl")
 SILICON_COLUMNS = ("silicon_ttft_ms", "silicon_tpot_ms")
-BACKENDS = ("sglang", "vllm", "trtllm")
+BACKENDS = ENGINES
 #: Key :func:`read_measurements` adds to a row whose line does not match the header
 MALFORMED = "_malformed"
 #: Weight formats a ``gemm_quant_mode``/``moe_quant_mode`` cell may name ("" = the checkpoint's own)
@@ -399,6 +400,10 @@ def interpret(row: dict[str, str], models_dir: Path | str) -> RowSpec | Skip:
         gpu = load_gpu(system)
     except TokenmillError:
         return Skip(rid, f"unknown system {system!r}", row)
+    try:
+        check_engine_runs_on(backend, gpu)
+    except TokenmillError as exc:
+        return Skip(rid, str(exc), row)
     model_path = (row.get("model_path") or "").strip()
     if not model_path:
         return Skip(rid, "model_path missing", row)

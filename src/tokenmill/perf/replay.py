@@ -98,6 +98,7 @@ from tokenmill.core import Engine, Request, Scheduler
 from tokenmill.core.scheduler import CLIP_MAX_NEW_TOKENS, NEW_TOKEN_RATIO
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
+from tokenmill.hardware.engines import check_engine_runs_on
 from tokenmill.perf.forked import Forked
 from tokenmill.perf.params import PerfParams
 from tokenmill.perf.roofline import ZERO_FEATURES, CostModel, Features, combine
@@ -165,8 +166,10 @@ WHOLE_OUTPUT = 1 << 30  # a reservation clip no request reaches: TRT-LLM reserve
 
 
 def engine_policy(backend: str, gpu: GPU, layout: Layout) -> EnginePolicy:
-    """The scheduling defaults of ``backend`` on ``gpu`` (see the module docstring)."""
+    """The scheduling defaults of ``backend`` on ``gpu`` (see the module docstring); an engine that
+    does not run on ``gpu`` (TensorRT-LLM on an AMD GPU) is refused."""
     b = backend.lower()
+    check_engine_runs_on(b, gpu)
     if b == "sglang":
         return EnginePolicy(b, False, sglang_chunk_tokens(gpu))
     if b == "trtllm":
