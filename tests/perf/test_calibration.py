@@ -130,6 +130,24 @@ def test_small_fit_is_deterministic_and_lowers_the_loss(tmp_path: Path) -> None:
     assert score(preds)["overall"]["coverage"] == 1.0
 
 
+def test_a_fit_holds_the_fixed_constants_at_the_start_tables_and_moves_the_others() -> None:
+    rows = [
+        row(id=f"r{c}", silicon_data_source=f"s; silicon_concurrency={c}", silicon_ttft_ms=ttft, silicon_tpot_ms=tpot)
+        for c, ttft, tpot in ((1, "80", "9.0"), (8, "160", "11.0"), (32, "420", "16.0"))
+    ]
+    start = load_table()
+    free = ("request_latency_s", "burst_share", "first_token_steps")
+    fixed = tuple(k for k in (*GPU_FIELDS, *ENGINE_FIELDS, *calibrate.GLOBAL_FIELDS) if k not in free)
+    table, report, _ = fit(rows, MODELS, start, rounds=1, sweeps=2, fixed=fixed)
+    assert report.loss_after < report.loss_before
+    for k in calibrate.GLOBAL_FIELDS:
+        assert table.global_[k] == start.global_[k], k
+    for k in GPU_FIELDS:
+        assert table.gpus["h100"][k] == start.gpus["h100"][k], k
+    moved = [k for k in ENGINE_FIELDS if table.backends["vllm"][k] != start.backends["vllm"][k]]
+    assert moved and set(moved) <= set(free), moved
+
+
 def test_kernel_efficiencies_are_shared_by_generation_and_fp4_by_architecture() -> None:
     # H100/H200 are Hopper; B200, GB200 and B300 share the Blackwell SM (B300 is Blackwell Ultra,
     # whose FP4 peak is its own); an unknown GPU stands alone.

@@ -584,8 +584,10 @@ def fit(
     log: Callable[[str], None] | None = None,
     progress: Progress | None = None,
     versions: bool = False,
+    fixed: Sequence[str] = (),
 ) -> tuple[ParamTable, FitReport, FitData]:
     """Replay (recording) and fit, ``rounds`` times. Only fully specified rows with measurements.
+    ``fixed``: constants held at the start table's values (``fit_constants``).
     ``versions``: also fit engine constants per engine version (``collect``); off by default,
     because in the calibration file most versions ran one model's campaign, so their constants
     learn that campaign rather than the release (docs/perf.md §5 shows what that does to a model
@@ -601,6 +603,6 @@ def fit(
         data = collect(preds, versions=versions)
         if log:
             log(f"round {rnd + 1}: {len(data.ids)} rows replayed, {len(data.row)} recorded steps")
-        table, report = fit_constants(data, table, sweeps=sweeps, log=log)
+        table, report = fit_constants(data, table, sweeps=sweeps, fixed=fixed, log=log)
     assert report is not None and data is not None
     return table, report, data

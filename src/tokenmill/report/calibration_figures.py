@@ -123,3 +123,41 @@ def tpot_split_figure(points: Sequence[SplitPoint], path: FigurePaths, title: st
     save(fig, path)
     plt.close(fig)
     return path
+
+
+def error_cdf_figure(
+    errors: dict[str, dict[str, Sequence[float]]],
+    targets: dict[str, float],
+    path: FigurePaths,
+    title: str = "",
+) -> FigurePaths:
+    """The share of rows within each absolute percentage error, one panel per metric (``errors``:
+    metric → curve label → errors in %), each curve labelled with its median and each panel with its
+    target (``benchmarks/deployment_refit.py``: the shipped constants against a refit)."""
+    figure_paths(path)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(errors), figsize=(5.6 * len(errors), 4.6), squeeze=False)
+    styles = ("#9c755f", "#4e79a7", "#59a14f", "#e15759")
+    for ax, (metric, curves) in zip(axes[0], errors.items(), strict=True):
+        for color, (label, values) in zip(styles, curves.items(), strict=False):
+            x = np.sort(np.asarray(values, dtype=float))
+            y = np.arange(1, len(x) + 1) / max(1, len(x))
+            ax.step(x, y * 100, where="post", color=color, label=f"{label}: median {np.median(x):.1f} %")
+        if metric in targets:
+            ax.axvline(targets[metric], color="#555555", ls=":", lw=1)
+            ax.text(targets[metric], 3, f" target {targets[metric]:g} %", color="#555555", fontsize=8)
+        ax.axhline(50, color="#bbbbbb", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_xlim(0.1, 1000)
+        ax.set_ylim(0, 100)
+        plain_log_labels(ax)
+        ax.set_xlabel(f"{metric}: |predicted ÷ measured − 1| (%)")
+        ax.set_ylabel("rows within it (%)")
+        ax.legend(loc="upper left", fontsize=8)
+        ax.grid(True, which="major", alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    save(fig, path)
+    plt.close(fig)
+    return path
