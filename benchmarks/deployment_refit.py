@@ -16,8 +16,8 @@ precision, the weight formats and the layout (tp, pp, attention DP, EP); those w
    prompt and answer lengths (the ``--shapes`` most common) at ``--points`` concurrencies spread
    over those it ran (lowest, highest, and between);
 2. ``calibrate fit --start shipped`` on those rows alone (``perf.calibrate.fit`` from the shipped
-   table, two rounds of five sweeps, as the command does; every other GPU and engine keeps its
-   shipped constants);
+   table, two rounds of five sweeps, each constant pulled towards its shipped value by
+   ``--anchor``, as the command does; every other GPU and engine keeps its shipped constants);
 3. every *other* row of the deployment (other concurrencies and other lengths; a row that repeats
    a measured point's lengths and lanes, the same measurement in another source file, is left out)
    is predicted with the shipped constants and with the refitted ones.
@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenmill.cli.calibrate_cmd import START_ANCHOR
 from tokenmill.perf.calibrate import fit
 from tokenmill.perf.calibrated import load_table, shipped_path
 from tokenmill.perf.measurements import read_measurements, row_concurrency
@@ -101,8 +102,8 @@ def ape(pred: float | None, meas: float | None) -> float | None:
     return None if pred is None or not meas else abs(pred / meas - 1.0)
 
 
-def one(args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, ...], int]) -> dict[str, Any]:
-    key, group, points, models, fixed, shapes = args
+def one(args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, ...], int, float]) -> dict[str, Any]:
+    key, group, points, models, fixed, shapes, anchor = args
     shipped = load_table(shipped_path())
     out: dict[str, Any] = {"deployment": dict(zip(DEPLOYMENT, key, strict=True))}
     shipped_preds = {p.id: p for p in predict_rows(group, models, shipped)}
@@ -114,7 +115,7 @@ def one(args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, 
     out["fit"] = [r["id"] for r in fit_rows]
     if len(fit_rows) < 2 or not held:
         return out | {"skipped": "fewer than two measured points or nothing left to predict"}
-    fitted, _, _ = fit(fit_rows, models, shipped, rounds=2, sweeps=5, fixed=fixed)
+    fitted, _, _ = fit(fit_rows, models, shipped, rounds=2, sweeps=5, fixed=fixed, anchor=anchor)
     before = [shipped_preds[r["id"]] for r in held]
     after = predict_rows(held, models, fitted)
     out["rows"] = [
@@ -154,6 +155,13 @@ def main() -> int:
         help="the constants the refit moves: all (as calibrate fit), engine, or a comma list of names",
     )
     ap.add_argument("--figure", type=Path, default=None, help="OUT: the errors' distributions in OUT.png and OUT.svg")
+    ap.add_argument(
+        "--anchor",
+        type=float,
+        default=START_ANCHOR,
+        help=f"pull towards the shipped values, per row (default {START_ANCHOR:g}, calibrate fit --start's; "
+        "0: towards the priors)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.points < 2 or args.shapes < 1:
@@ -168,7 +176,9 @@ def main() -> int:
     if unknown:
         ap.error(f"--free: unknown constants {', '.join(unknown)}")
     fixed = tuple(k for k in every_field if k not in free)
-    work = [(k, v, args.points, str(args.models_dir), fixed, args.shapes) for k, v in sorted(groups.items())]
+    work = [
+        (k, v, args.points, str(args.models_dir), fixed, args.shapes, args.anchor) for k, v in sorted(groups.items())
+    ]
     t0 = time.time()
     results: list[dict[str, Any]] = []
     with Pool(max(1, args.jobs)) as pool:

@@ -221,3 +221,30 @@ def test_a_refit_of_your_rows_from_the_shipped_constants_keeps_the_rest(
         assert cli(capsys, *evaluate)[0] == 0
         errors.append(abs(float(rows(preds)[0]["predicted_ttft_ms"]) / 400.0 - 1))
     assert errors[1] < errors[0], errors
+
+
+def test_a_refit_from_start_constants_is_anchored_to_them_unless_told_otherwise(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`--start` pulls towards the start constants (`--anchor`, default 0.03 per row, in the file's
+    command); `--anchor` without `--start`, or not a number ≥ 0, is refused before the fit."""
+    from tokenmill.perf.calibrated import load_table
+
+    mine = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", VLLM, "--gpu", "h100", "--out", str(mine)]
+    assert cli(capsys, *args, "--measured", str(write(tmp_path, "a.json", mean_ttft_ms=400.0)))[0] == 0
+    base = ["calibrate", "fit", "--measurements", str(mine), "--rounds", "1", "--sweeps", "1"]
+    commands = {}
+    for name, extra in (("default", []), ("zero", ["--anchor", "0"])):
+        out = tmp_path / f"{name}.json"
+        code, _, err = cli(capsys, *base, "--start", "shipped", "--out", str(out), *extra)
+        assert code == 0, err
+        commands[name] = load_table(out).meta["command"]
+    assert commands["default"].endswith("--anchor 0.03") and commands["zero"].endswith("--anchor 0")
+    for extra, says in (
+        (["--anchor", "0.5"], "--anchor pulls towards the --start constants"),
+        (["--start", "shipped", "--anchor", "-1"], "--anchor must be a number 0 or more (got -1.0)"),
+    ):
+        out = tmp_path / "refused.json"
+        code, _, err = cli(capsys, *base, "--out", str(out), *extra)
+        assert code == 2 and says in err and not out.exists(), err

@@ -148,6 +148,27 @@ def test_a_fit_holds_the_fixed_constants_at_the_start_tables_and_moves_the_other
     assert moved and set(moved) <= set(free), moved
 
 
+def test_an_anchored_refit_stays_nearer_its_start_the_harder_it_is_pulled() -> None:
+    """``anchor``: each constant pulled towards the start table's value (not towards its prior),
+    in every round towards the same start; the harder the pull, the closer it stays."""
+    rows = [
+        row(id=f"r{c}", silicon_data_source=f"s; silicon_concurrency={c}", silicon_ttft_ms=ttft, silicon_tpot_ms=tpot)
+        for c, ttft, tpot in ((1, "80", "9.0"), (8, "160", "11.0"), (32, "420", "16.0"))
+    ]
+    start = load_table()
+
+    def distance(anchor: float) -> float:
+        table, _, _ = fit(rows, MODELS, start, rounds=2, sweeps=2, anchor=anchor)
+        moved = [table.backends["vllm"][k] / start.backends["vllm"][k] for k in ENGINE_FIELDS]
+        moved += [table.gpus["h100"][k] / start.gpus["h100"][k] for k in GPU_FIELDS]
+        moved += [table.global_[k] / start.global_[k] for k in calibrate.GLOBAL_FIELDS]
+        return float(np.sum(np.log(moved) ** 2))
+
+    free, light, hard = distance(0.0), distance(0.1), distance(100.0)
+    assert free > light > hard, (free, light, hard)
+    assert hard < 1e-4
+
+
 def test_kernel_efficiencies_are_shared_by_generation_and_fp4_by_architecture() -> None:
     # H100/H200 are Hopper; B200, GB200 and B300 share the Blackwell SM (B300 is Blackwell Ultra,
     # whose FP4 peak is its own); an unknown GPU stands alone.

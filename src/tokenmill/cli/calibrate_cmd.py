@@ -3,6 +3,7 @@ or predict and score a measurements file (``calibrate local`` is ``cli.local_cmd
 
 import csv
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -50,6 +51,10 @@ calibrate_app = typer.Typer(
 
 
 #: PRED.csv's columns beyond the issue's three: where the predicted TTFT goes (``evaluate``).
+#: ``calibrate fit --start``'s pull towards the start constants, per row (``perf.calibrate.fit``'s
+#: ``anchor``): a few rows of one deployment refine the fitted constants rather than replace them.
+#: Chosen on benchmarks/deployment_refit.py (docs/perf.md, "What three measured points buy").
+START_ANCHOR = 0.03
 PRED_EXTRA_COLUMNS = ("predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
 
 
@@ -425,6 +430,14 @@ def fit(
             "one campaign where a version ran one model; docs/perf.md §5).",
         ),
     ] = False,
+    anchor: Annotated[
+        float | None,
+        typer.Option(
+            "--anchor",
+            help="With --start: pull each constant towards its start value, this much per row, instead "
+            f"of towards its prior (default {START_ANCHOR:g}; 0: towards the priors, as without --start).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Fit the constants per GPU kind and engine to the measured rows; write them as JSON."""
@@ -441,6 +454,11 @@ def fit(
             raise TokenmillError(f"{name} must be positive (got {v})")
     if max_rows is not None and max_rows <= 0:
         raise TokenmillError(f"--max-rows must be positive (got {max_rows})")
+    if anchor is not None and not (math.isfinite(anchor) and anchor >= 0):
+        raise TokenmillError(f"--anchor must be a number 0 or more (got {anchor})")
+    if anchor and start is None:
+        raise TokenmillError("--anchor pulls towards the --start constants: give --start shipped (or a params.json)")
+    pull = (START_ANCHOR if start is not None else 0.0) if anchor is None else anchor
     check_output("--out", out)  # before a fit of many minutes, not after it
     check_distinct_outputs([("--out", out)], ("--measurements", measurements))
     if start is not None and str(start) == "shipped" and not start.exists():
@@ -460,6 +478,7 @@ def fit(
             log=log,
             progress=bar,
             versions=versions,
+            anchor=pull,
         )
     argv = ["tokenmill", "calibrate", "fit", "--measurements", str(measurements), "--models-dir", str(models_dir)]
     if max_rows is not None:
@@ -471,7 +490,7 @@ def fit(
     if versions:
         argv.append("--versions")
     if start is not None:
-        argv += ["--start", str(start)]
+        argv += ["--start", str(start), "--anchor", f"{pull:g}"]
         # GPUs and engines the rows do not reach keep the constants they started from (a few rows
         # of one deployment refine its GPU and engine; they say nothing of the others)
         kept = [f"gpus.{g}" for g in table.gpus if g not in fitted.gpus]

@@ -402,6 +402,18 @@ def _tie_groups(gpus: Sequence[str], key: str) -> list[list[int]]:
     return [[i for i, x in enumerate(label) if x == lab] for lab in sorted(set(label))]
 
 
+def _value(cur: _Params, scope: str, key: str, i: int, members: list[int]) -> float:
+    """One constant's current value: global, of engine ``i``, of version ``i``, or of the GPUs
+    ``members`` (their geometric mean)."""
+    if scope == "glob":
+        return float(cur.glob[key])
+    if scope == "eng":
+        return float(cur.eng[key][i])
+    if scope == "ver":
+        return cur.version_value(key, i)
+    return float(np.exp(np.mean(np.log(cur.gpu[key][members]))))
+
+
 class _Coordinate:
     """One constant (globally, or of one group of GPUs, or of one engine) and its line search."""
 
@@ -415,25 +427,21 @@ class _Coordinate:
         members: list[int],
         log_prior: float,
         pooled: Sequence[int] = (),
+        pull_weight: float | None = None,
     ) -> None:
         """``pooled``: the other GPUs whose geometric mean pulls this per-GPU constant
-        (``POOL_WEIGHT``); none for the rest."""
+        (``POOL_WEIGHT``); none for the rest. ``pull_weight``: the pull towards ``log_prior`` per
+        row (default ``PRIOR_WEIGHTS``)."""
         self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
         self.log_prior = log_prior
-        self.pull = PRIOR_WEIGHTS.get(key, PRIOR_WEIGHT) * float(np.sum(s.weight))
+        weight = PRIOR_WEIGHTS.get(key, PRIOR_WEIGHT) if pull_weight is None else pull_weight
+        self.pull = weight * float(np.sum(s.weight))
         others = cur.gpu[key][list(pooled)] if pooled else None
         self.pool_centre = float(np.mean(np.log(others))) if others is not None else None
         self.ns = cur.view(s)
 
     def get(self) -> float:
-        cur, key = self.cur, self.key
-        if self.scope == "glob":
-            return float(cur.glob[key])
-        if self.scope == "eng":
-            return float(cur.eng[key][self.i])
-        if self.scope == "ver":
-            return cur.version_value(key, self.i)
-        return float(np.exp(np.mean(np.log(cur.gpu[key][self.members]))))
+        return _value(self.cur, self.scope, self.key, self.i, self.members)
 
     def put(self, v: float) -> None:
         cur, key = self.cur, self.key
@@ -484,6 +492,8 @@ def fit_constants(
     sweeps: int = 4,
     fixed: Sequence[str] = (),
     log: Callable[[str], None] | None = None,
+    anchor: float = 0.0,
+    origin: ParamTable | None = None,
 ) -> tuple[ParamTable, FitReport]:
     """Coordinate descent on the recorded demands (see the module docstring). Compute
     efficiencies are shared by the GPUs of one generation (``FAMILY_TIED``) and the 4-bit ratio by
@@ -519,9 +529,17 @@ def fit_constants(
             return []
         return [g for g in fitted_gpus if g not in members]
 
+    # with ``anchor``, each constant is pulled towards its value in ``origin`` (default ``table``;
+    # a refit of a few rows from fitted constants) instead of towards its prior, ``anchor`` per row
+    centres: dict[tuple[str, str, int], float] = {}
+    if anchor > 0:
+        home = _Params(origin if origin is not None else table, data)
+        centres = {(sc, k, i): math.log(_value(home, sc, k, i, m)) for sc, k, i, m, _ in coords}
     for sweep in range(sweeps):
         for scope, key, i, members, s in coords:
-            _Coordinate(cur, s, scope, key, i, members, _log_prior(key), pooled(scope, key, members)).update(sweep)
+            centre = centres.get((scope, key, i), _log_prior(key))
+            weight = anchor if anchor > 0 else None
+            _Coordinate(cur, s, scope, key, i, members, centre, pooled(scope, key, members), weight).update(sweep)
         history.append(total())
         if log:
             log(f"sweep {sweep + 1}: loss {history[-1]:.2f} (rows {len(data.ids)})")
@@ -585,9 +603,13 @@ def fit(
     progress: Progress | None = None,
     versions: bool = False,
     fixed: Sequence[str] = (),
+    anchor: float = 0.0,
 ) -> tuple[ParamTable, FitReport, FitData]:
     """Replay (recording) and fit, ``rounds`` times. Only fully specified rows with measurements.
-    ``fixed``: constants held at the start table's values (``fit_constants``).
+    ``fixed``: constants held at the start table's values (``fit_constants``); ``anchor`` > 0:
+    every other constant pulled towards its start value, ``anchor`` per row, instead of towards
+    its prior (a refit of a few rows of one deployment from fitted constants: ``calibrate fit
+    --start``; benchmarks/deployment_refit.py measures what it does).
     ``versions``: also fit engine constants per engine version (``collect``); off by default,
     because in the calibration file most versions ran one model's campaign, so their constants
     learn that campaign rather than the release (docs/perf.md §5 shows what that does to a model
@@ -596,6 +618,7 @@ def fit(
         table = table.copy()
         table.versions = {}
     chosen = select_rows(fitting_rows(rows), max_rows)
+    origin = table
     report: FitReport | None = None
     data: FitData | None = None
     for rnd in range(rounds):
@@ -603,6 +626,6 @@ def fit(
         data = collect(preds, versions=versions)
         if log:
             log(f"round {rnd + 1}: {len(data.ids)} rows replayed, {len(data.row)} recorded steps")
-        table, report = fit_constants(data, table, sweeps=sweeps, fixed=fixed, log=log)
+        table, report = fit_constants(data, table, sweeps=sweeps, fixed=fixed, log=log, anchor=anchor, origin=origin)
     assert report is not None and data is not None
     return table, report, data
