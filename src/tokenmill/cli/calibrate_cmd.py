@@ -50,11 +50,11 @@ calibrate_app = typer.Typer(
 )
 
 
-#: PRED.csv's columns beyond the issue's three: where the predicted TTFT goes (``evaluate``).
 #: ``calibrate fit --start``'s pull towards the start constants, per row (``perf.calibrate.fit``'s
 #: ``anchor``): a few rows of one deployment refine the fitted constants rather than replace them.
 #: Chosen on benchmarks/deployment_refit.py (docs/perf.md, "What three measured points buy").
 START_ANCHOR = 0.03
+#: PRED.csv's columns beyond the issue's three: where the predicted TTFT goes (``evaluate``).
 PRED_EXTRA_COLUMNS = ("predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
 
 

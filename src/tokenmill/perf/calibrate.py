@@ -535,10 +535,10 @@ def fit_constants(
     if anchor > 0:
         home = _Params(origin if origin is not None else table, data)
         centres = {(sc, k, i): math.log(_value(home, sc, k, i, m)) for sc, k, i, m, _ in coords}
+    weight = anchor if anchor > 0 else None
     for sweep in range(sweeps):
         for scope, key, i, members, s in coords:
             centre = centres.get((scope, key, i), _log_prior(key))
-            weight = anchor if anchor > 0 else None
             _Coordinate(cur, s, scope, key, i, members, centre, pooled(scope, key, members), weight).update(sweep)
         history.append(total())
         if log:
