@@ -500,7 +500,9 @@ def fit_constants(
     those of one architecture (``ARCH_TIED``), each scored on its group's rows; every constant is
     pulled towards its prior (``BENCHMARK_PRIORS`` for the GEMM constants) by ``PRIOR_WEIGHT``
     (``PRIOR_WEIGHTS``) × rows (weighed) × (log(value / prior))², so a constant the data barely constrain stays
-    near its documented prior."""
+    near its documented prior. With ``anchor`` > 0 the pull is ``anchor`` × rows × (log(value /
+    its value in ``origin``))² instead (``origin`` defaults to ``table``; ``fit`` passes the table
+    it started from, so every round pulls towards the same constants)."""
     cur = _Params(table, data)
     everything = data.subset(np.ones(len(data.ids), dtype=bool))
     by_eng = [data.subset(data.row_eng == i) for i in range(len(data.engines))]
