@@ -248,3 +248,21 @@ def test_a_refit_from_start_constants_is_anchored_to_them_unless_told_otherwise(
         out = tmp_path / "refused.json"
         code, _, err = cli(capsys, *base, "--out", str(out), *extra)
         assert code == 2 and says in err and not out.exists(), err
+
+
+def test_a_refit_from_start_says_which_constants_it_moved(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    mine = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", VLLM, "--gpu", "h100", "--out", str(mine)]
+    assert cli(capsys, *args, "--measured", str(write(tmp_path, "a.json", mean_ttft_ms=400.0)))[0] == 0
+    fit = ["calibrate", "fit", "--measurements", str(mine), "--start", "shipped", "--rounds", "1", "--sweeps", "1"]
+    code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "a.json"))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1].startswith("moved from --start by 5 % or more: ")
+    code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "b.json"), "--json")
+    assert code == 0, err
+    moved = json.loads(out)["moved_from_start"]
+    assert moved and len(lines) == 2 + min(8, len(moved))
+    assert lines[2].split()[0] == moved[0]["constant"] and moved[0]["constant"].startswith(
+        ("backends.vllm", "gpus.h100", "global")
+    )

@@ -401,3 +401,23 @@ def test_a_measurement_reported_twice_pulls_the_fit_as_once() -> None:
     # counted per row, the copy pulls: the fitted constants move
     moved = {k: t_counted.to_json()["global"][k] / v for k, v in t_once.to_json()["global"].items()}
     assert max(abs(m - 1) for m in moved.values()) > 0.01
+
+
+def test_the_constants_a_refit_moved_are_listed_largest_move_first() -> None:
+    start = ParamTable(
+        global_={"step_overhead_s": 1e-3, "fp8_matmul_ratio": 0.9},
+        gpus={"h100": {"matmul_efficiency": 0.8, "collective_latency_s": 2e-5}},
+        backends={"vllm": {"burst_share": 0.6}},
+    )
+    fitted = ParamTable(
+        global_={"step_overhead_s": 1.04e-3, "fp8_matmul_ratio": 1.1},
+        gpus={"h100": {"matmul_efficiency": 0.6, "collective_latency_s": 2e-5}, "b200": {"matmul_efficiency": 0.7}},
+        backends={"vllm": {"burst_share": 0.15}},
+    )
+    assert fitted.moved_from(start) == [
+        ("backends.vllm.burst_share", 0.6, 0.15),
+        ("gpus.h100.matmul_efficiency", 0.8, 0.6),
+        ("global.fp8_matmul_ratio", 0.9, 1.1),
+    ]  # a 4 % move, an unchanged one and a GPU the start did not hold are not listed
+    assert [k for k, _, _ in fitted.moved_from(start, least=0.01)][-1] == "global.step_overhead_s"
+    assert start.moved_from(start) == []

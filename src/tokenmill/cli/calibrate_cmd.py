@@ -54,6 +54,8 @@ calibrate_app = typer.Typer(
 #: ``anchor``): a few rows of one deployment refine the fitted constants rather than replace them.
 #: Chosen on benchmarks/deployment_refit.py (docs/perf.md, "What three measured points buy").
 START_ANCHOR = 0.03
+#: How many of the constants a refit from --start moved it prints (``--json`` has them all).
+MOVED_SHOWN = 8
 #: PRED.csv's columns beyond the issue's three: where the predicted TTFT goes (``evaluate``).
 PRED_EXTRA_COLUMNS = ("predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
 
@@ -510,9 +512,15 @@ def fit(
             "the shipped error bands (accuracy.json) describe the previous constants until "
             "`tokenmill calibrate evaluate ... --accuracy-out` re-measures them; predict shows none meanwhile"
         )
+    moved = fitted.moved_from(table) if start is not None else []
     if json_out:
-        print(json.dumps({"out": str(target), **fitted.to_json(), "log": msgs}, indent=2))
+        extra = {"moved_from_start": [{"constant": k, "start": a, "fitted": b} for k, a, b in moved]} if start else {}
+        print(json.dumps({"out": str(target), **fitted.to_json(), **extra, "log": msgs}, indent=2))
         return
     print(f"fitted {report.rows} rows: loss {report.loss_before:.1f} → {report.loss_after:.1f}; wrote {target}")
+    if start is not None:  # what the rows say their deployment differs in
+        print(f"moved from --start by 5 % or more: {len(moved)}" + (", the largest:" if moved else ""))
+        for key, a, b in moved[:MOVED_SHOWN]:
+            print(f"  {key} {a:.4g} → {b:.4g} (× {b / a:.2f})")
     if out is None:
         print(f"note: {msgs[-1]}")

@@ -134,6 +134,17 @@ class ParamTable:
             {b: dict(v) for b, v in self.versions.items()},
         )
 
+    def moved_from(self, start: ParamTable, least: float = 0.05) -> list[tuple[str, float, float]]:
+        """The constants this table holds at a value other than ``start``'s by ``least`` (a
+        fraction) or more, as (``scope.key``, start value, this value), the largest move first: what
+        a refit from ``start`` on a deployment's rows says that deployment differs in."""
+        pairs = [(f"global.{k}", start.global_.get(k), v) for k, v in self.global_.items()]
+        for scope, mine, theirs in (("gpus", self.gpus, start.gpus), ("backends", self.backends, start.backends)):
+            for name, values in mine.items():
+                pairs += [(f"{scope}.{name}.{k}", theirs.get(name, {}).get(k), v) for k, v in values.items()]
+        moved = [(k, a, b) for k, a, b in pairs if a and b and abs(math.log(b / a)) >= math.log1p(least)]
+        return sorted(moved, key=lambda m: (-abs(math.log(m[2] / m[1])), m[0]))
+
     def resolve(self, gpu: str, backend: str | None, version: str | None = None) -> tuple[PerfParams, list[str]]:
         """The constants for ``gpu`` (a catalog name) under ``backend`` (at ``version``, where that
         version has fitted engine constants; else the engine's), and where they came from."""
