@@ -1,8 +1,9 @@
 """A few measured points of one deployment, then the rest of it: ``calibrate fit --start shipped``
 on three rows of a deployment, scored on that deployment's other rows.
 
-Run: ``.venv/bin/python benchmarks/deployment_refit.py [--points 3] [--min-rows 6] [--jobs 2]
-[--json]`` (about ten minutes on this project's 2-core machine).
+Run: ``.venv/bin/python benchmarks/deployment_refit.py [--points 3] [--shapes 1] [--anchor 0.03]
+[--free all|engine|KEY,...] [--min-rows 6] [--jobs 2] [--figure OUT] [--json]`` (about three
+minutes on this project's 2-core machine).
 
 The shipped constants are one set for every deployment of a GPU and an engine, and the calibration
 file's first tokens differ by campaign more than any of its columns says (docs/perf.md, "Why the
@@ -164,8 +165,8 @@ def main() -> int:
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if args.points < 2 or args.shapes < 1:
-        ap.error("--points must be 2 or more, --shapes 1 or more")
+    if args.points < 2 or args.shapes < 1 or not args.anchor >= 0:
+        ap.error("--points must be 2 or more, --shapes 1 or more, --anchor 0 or more")
     rows, silicon = read_measurements(args.csv)
     if not silicon:
         ap.error("--csv needs the silicon_ttft_ms and silicon_tpot_ms columns")
