@@ -112,7 +112,7 @@ def one(args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, 
     fit_rows = measured_points(group, points, shapes) if group else []
     seen = {point(r) for r in fit_rows}
     held = [r for r in group if point(r) not in seen]
-    shapes = {p[:2] for p in seen}
+    measured_lengths = {p[:2] for p in seen}
     out["fit"] = [r["id"] for r in fit_rows]
     if len(fit_rows) < 2 or not held:
         return out | {"skipped": "fewer than two measured points or nothing left to predict"}
@@ -122,7 +122,7 @@ def one(args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, 
     out["rows"] = [
         {
             "id": b.id,
-            "same_lengths": point(r)[:2] in shapes,
+            "same_lengths": point(r)[:2] in measured_lengths,
             "ttft_before": ape(b.ttft_ms, b.measured_ttft_ms),
             "ttft_after": ape(a.ttft_ms, a.measured_ttft_ms),
             "tpot_before": ape(b.tpot_ms, b.measured_tpot_ms),
@@ -198,6 +198,9 @@ def main() -> int:
         "deployments": len(scored),
         "skipped_deployments": len(results) - len(scored),
         "points": args.points,
+        "shapes": args.shapes,
+        "anchor": args.anchor,
+        "free": args.free,
         "overall": medians(every),
         "by_engine": {e: medians(v) for e, v in sorted(by_engine.items())},
         "same_lengths": medians([r for r in every if r["same_lengths"]]),
