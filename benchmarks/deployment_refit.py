@@ -2,8 +2,8 @@
 on three rows of a deployment, scored on that deployment's other rows.
 
 Run: ``.venv/bin/python benchmarks/deployment_refit.py [--points 3] [--shapes 1] [--anchor 0.03]
-[--free all|engine|KEY,...] [--min-rows 6] [--jobs 2] [--figure OUT] [--json]`` (about three
-minutes on this project's 2-core machine).
+[--free all|engine|KEY,...] [--min-rows 6] [--rounds 2] [--sweeps 20] [--jobs 2] [--figure OUT]
+[--json]`` (about six minutes on this project's 2-core machine).
 
 The shipped constants are one set for every deployment of a GPU and an engine, and the calibration
 file's first tokens differ by campaign more than any of its columns says (docs/perf.md, "Why the
@@ -17,7 +17,7 @@ precision, the weight formats and the layout (tp, pp, attention DP, EP); those w
    prompt and answer lengths (the ``--shapes`` most common) at ``--points`` concurrencies spread
    over those it ran (lowest, highest, and between);
 2. ``calibrate fit --start shipped`` on those rows alone (``perf.calibrate.fit`` from the shipped
-   table, two rounds of five sweeps, each constant pulled towards its shipped value by
+   table, two rounds of ``--sweeps`` sweeps, each constant pulled towards its shipped value by
    ``--anchor``, as the command does; every other GPU and engine keeps its shipped constants);
 3. every *other* row of the deployment (other concurrencies and other lengths; a row that repeats
    a measured point's lengths and lanes, the same measurement in another source file, is left out)
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenmill.cli.calibrate_cmd import START_ANCHOR
+from tokenmill.cli.calibrate_cmd import START_ANCHOR, START_SWEEPS
 from tokenmill.perf.calibrate import fit
 from tokenmill.perf.calibrated import load_table, shipped_path
 from tokenmill.perf.measurements import read_measurements, row_concurrency
@@ -103,8 +103,10 @@ def ape(pred: float | None, meas: float | None) -> float | None:
     return None if pred is None or not meas else abs(pred / meas - 1.0)
 
 
-def one(args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, ...], int, float]) -> dict[str, Any]:
-    key, group, points, models, fixed, shapes, anchor = args
+def one(
+    args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, ...], int, float, int, int],
+) -> dict[str, Any]:
+    key, group, points, models, fixed, shapes, anchor, rounds, sweeps = args
     shipped = load_table(shipped_path())
     out: dict[str, Any] = {"deployment": dict(zip(DEPLOYMENT, key, strict=True))}
     shipped_preds = {p.id: p for p in predict_rows(group, models, shipped)}
@@ -116,7 +118,7 @@ def one(args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, 
     out["fit"] = [r["id"] for r in fit_rows]
     if len(fit_rows) < 2 or not held:
         return out | {"skipped": "fewer than two measured points or nothing left to predict"}
-    fitted, _, _ = fit(fit_rows, models, shipped, rounds=2, sweeps=5, fixed=fixed, anchor=anchor)
+    fitted, _, _ = fit(fit_rows, models, shipped, rounds=rounds, sweeps=sweeps, fixed=fixed, anchor=anchor)
     before = [shipped_preds[r["id"]] for r in held]
     after = predict_rows(held, models, fitted)
     out["rows"] = [
@@ -163,10 +165,17 @@ def main() -> int:
         help=f"pull towards the shipped values, per row (default {START_ANCHOR:g}, calibrate fit --start's; "
         "0: towards the priors)",
     )
+    ap.add_argument("--rounds", type=int, default=2, help="replay-then-fit rounds (calibrate fit's default 2)")
+    ap.add_argument(
+        "--sweeps",
+        type=int,
+        default=START_SWEEPS,
+        help=f"sweeps per round (default {START_SWEEPS}, calibrate fit --start's)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if args.points < 2 or args.shapes < 1 or not args.anchor >= 0:
-        ap.error("--points must be 2 or more, --shapes 1 or more, --anchor 0 or more")
+    if args.points < 2 or args.shapes < 1 or not args.anchor >= 0 or args.rounds < 1 or args.sweeps < 1:
+        ap.error("--points must be 2 or more, --shapes, --rounds and --sweeps 1 or more, --anchor 0 or more")
     rows, silicon = read_measurements(args.csv)
     if not silicon:
         ap.error("--csv needs the silicon_ttft_ms and silicon_tpot_ms columns")
@@ -178,7 +187,8 @@ def main() -> int:
         ap.error(f"--free: unknown constants {', '.join(unknown)}")
     fixed = tuple(k for k in every_field if k not in free)
     work = [
-        (k, v, args.points, str(args.models_dir), fixed, args.shapes, args.anchor) for k, v in sorted(groups.items())
+        (k, v, args.points, str(args.models_dir), fixed, args.shapes, args.anchor, args.rounds, args.sweeps)
+        for k, v in sorted(groups.items())
     ]
     t0 = time.time()
     results: list[dict[str, Any]] = []
@@ -201,6 +211,8 @@ def main() -> int:
         "shapes": args.shapes,
         "anchor": args.anchor,
         "free": args.free,
+        "rounds": args.rounds,
+        "sweeps": args.sweeps,
         "overall": medians(every),
         "by_engine": {e: medians(v) for e, v in sorted(by_engine.items())},
         "same_lengths": medians([r for r in every if r["same_lengths"]]),

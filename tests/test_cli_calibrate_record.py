@@ -262,7 +262,68 @@ def test_a_refit_from_start_says_which_constants_it_moved(capsys: pytest.Capture
     code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "b.json"), "--json")
     assert code == 0, err
     moved = json.loads(out)["moved_from_start"]
-    assert moved and len(lines) == 2 + min(8, len(moved))
+    assert moved and lines[2 + min(8, len(moved))].startswith("in sample, on the 1 fitted row: ")
+    assert all(line.startswith("  ") for line in lines[2 : 2 + min(8, len(moved))])
     assert lines[2].split()[0] == moved[0]["constant"] and moved[0]["constant"].startswith(
         ("backends.vllm", "gpus.h100", "global")
     )
+
+
+def test_a_refit_shows_its_rows_before_and_after_as_evaluate_predicts_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`calibrate fit` replays the rows it fitted with the start constants and with the written
+    ones: each row's times are what `calibrate evaluate` predicts without and with `--params` of
+    the written file (so the merge of the constants it kept from the start changes none of them),
+    and the text says the medians and shows a few rows whole."""
+    mine = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", VLLM, "--gpu", "h100", "--out", str(mine)]
+    for name, c, ttft in (("a.json", 4, 150.0), ("b.json", 16, 400.0), ("c.json", 64, 1200.0)):
+        path = write(tmp_path, name, max_concurrency=c, mean_ttft_ms=ttft, completed=10 * c)
+        assert cli(capsys, *args, "--measured", str(path))[0] == 0
+    fitted = tmp_path / "mine.json"
+    fit = ["calibrate", "fit", "--measurements", str(mine), "--start", "shipped", "--rounds", "1", "--sweeps", "2"]
+    code, out, err = cli(capsys, *fit, "--out", str(fitted), "--json")
+    assert code == 0, err
+    in_sample = json.loads(out)["in_sample"]
+    assert in_sample["rows"] == in_sample["scored"] == 3
+    per_row = {r["id"]: r for r in in_sample["per_row"]}
+    for params, side in (([], "start"), (["--params", str(fitted)], "fitted")):
+        preds = tmp_path / f"{side}.csv"
+        evaluate = ["calibrate", "evaluate", "--measurements", str(mine), "--out", str(preds), "--json", *params]
+        assert cli(capsys, *evaluate)[0] == 0
+        for row in rows(preds):
+            shown = per_row[row["id"]]
+            assert shown[f"{side}_ttft_ms"] == pytest.approx(float(row["predicted_ttft_ms"]), rel=1e-4)
+            assert shown[f"{side}_tpot_ms"] == pytest.approx(float(row["predicted_tpot_ms"]), rel=1e-4)
+    measured = sorted(r["measured_ttft_ms"] for r in per_row.values())
+    assert measured == [150.0, 400.0, 1200.0]
+    # the medians are of the rows' own errors, recomputed here from the times shown
+    for side in ("start", "fitted"):
+        errors = sorted(abs(r[f"{side}_ttft_ms"] / r["measured_ttft_ms"] - 1) for r in per_row.values())
+        assert in_sample[f"{side}_ttft_median_ape"] == pytest.approx(errors[1])
+    code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "again.json"))
+    assert code == 0, err
+    said = next(line for line in out.splitlines() if line.startswith("in sample, on the 3 fitted rows: "))
+    start, after = (100 * in_sample[f"{s}_ttft_median_ape"] for s in ("start", "fitted"))
+    assert f"TTFT {start:.1f}% → {after:.1f}%" in said, said
+    assert sum(1 for rid in per_row if rid in out) == 3  # three rows: each shown
+
+
+def test_a_refit_from_start_sweeps_more_by_default(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A few rows from `--start` get 20 sweeps a round (cheap, and better on a deployment's other
+    rows: benchmarks/deployment_refit.py), a fit from the priors 5; the file's command says which."""
+    from tokenmill.perf.calibrated import load_table
+
+    mine = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", VLLM, "--gpu", "h100", "--out", str(mine)]
+    assert cli(capsys, *args, "--measured", str(write(tmp_path, "a.json", mean_ttft_ms=400.0)))[0] == 0
+    base = ["calibrate", "fit", "--measurements", str(mine), "--rounds", "1"]
+    for name, extra, says in (("start", ["--start", "shipped"], "--sweeps 20"), ("priors", [], None)):
+        out = tmp_path / f"{name}.json"
+        code, text, err = cli(capsys, *base, "--out", str(out), *extra, "--json")
+        assert code == 0, err
+        sweeps = [line for line in json.loads(text)["log"] if line.startswith("sweep ")]
+        assert len(sweeps) == (20 if extra else 5), sweeps
+        command = load_table(out).meta["command"]
+        assert (says in command) if says else "--sweeps" not in command, command

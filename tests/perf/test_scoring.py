@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tokenmill.perf.row_prediction import RowPrediction
-from tokenmill.perf.scoring import group_stats, score
+from tokenmill.perf.scoring import before_after, group_stats, score
 
 
 def _pred(rid: str, ratio_ttft: float, ratio_tpot: float, backend: str = "vllm") -> RowPrediction:
@@ -51,3 +51,26 @@ def test_a_group_with_nothing_measured_has_no_errors() -> None:
     stats = group_stats([unmeasured], lambda p: "all")["all"]
     assert stats["predicted"] == 1 and stats["scored"] == 0
     assert stats["ttft_median_error"] is None and stats["tpot_median_ape"] is None
+
+
+def test_before_and_after_scores_only_rows_both_predict() -> None:
+    start = [_pred("a", 2.0, 1.5), _pred("b", 1.4, 1.2), _pred("c", 0.5, 0.8), RowPrediction("d", skipped_reason="x")]
+    fitted = [_pred("a", 1.1, 1.0), _pred("b", 0.9, 1.05), RowPrediction("c", skipped_reason="y"), _pred("d", 1.0, 1.0)]
+    result = before_after(start, fitted)
+    assert result["rows"] == 4 and result["scored"] == 2  # c and d are predicted on one side only
+    assert result["start_ttft_median_ape"] == pytest.approx(0.7)  # |+100 %| and |+40 %|
+    assert result["fitted_ttft_median_ape"] == pytest.approx(0.1)  # |+10 %| and |−10 %|
+    assert result["start_tpot_median_ape"] == pytest.approx(0.35)  # |+50 %| and |+20 %|
+    assert result["fitted_tpot_median_ape"] == pytest.approx(0.025)  # |0 %| and |+5 %|
+    assert [r["id"] for r in result["per_row"]] == ["a", "b", "c", "d"]
+    assert result["per_row"][2] == {
+        "id": "c",
+        "measured_ttft_ms": 100.0,
+        "start_ttft_ms": 50.0,
+        "fitted_ttft_ms": None,
+        "measured_tpot_ms": 10.0,
+        "start_tpot_ms": 8.0,
+        "fitted_tpot_ms": None,
+    }
+    with pytest.raises(ValueError, match="not of the same rows"):
+        before_after(start, fitted[::-1])

@@ -54,8 +54,17 @@ calibrate_app = typer.Typer(
 #: ``anchor``): a few rows of one deployment refine the fitted constants rather than replace them.
 #: Chosen on benchmarks/deployment_refit.py (docs/perf.md, "What three measured points buy").
 START_ANCHOR = 0.03
+#: ``calibrate fit``'s coordinate-descent sweeps per round: from the priors (thousands of rows, each
+#: sweep minutes) and with ``--start`` (a few rows, each sweep a fraction of a second; more sweeps
+#: there gave better predictions of a deployment's other rows, docs/perf.md, "What three measured
+#: points buy").
+SWEEPS = 5
+START_SWEEPS = 20
 #: How many of the constants a refit from --start moved it prints (``--json`` has them all).
 MOVED_SHOWN = 8
+#: Up to this many fitted rows, ``calibrate fit`` prints each one's times before and after (a
+#: deployment's own few runs); more, only the medians (``--json`` has every row).
+ROWS_SHOWN = 12
 #: PRED.csv's columns beyond the issue's three: where the predicted TTFT goes (``evaluate``).
 PRED_EXTRA_COLUMNS = ("predicted_ttft_queued_ms", "predicted_ttft_lock_step_ms", "predicted_ttft_drifted_ms")
 
@@ -405,6 +414,41 @@ def _accuracy_table(
     return table
 
 
+def _print_in_sample(result: dict[str, Any], origin: str) -> None:
+    """The fitted rows' errors with the constants the fit started from and with its result: how
+    far the fit moved the model towards its own rows (in sample; not how it predicts other rows)."""
+    if not result["scored"]:
+        print("no fitted row has both times predicted and measured: nothing to compare")
+        return
+    n = result["scored"]
+    print(
+        f"in sample, on the {n} fitted row{'s' if n != 1 else ''}: median error from {origin} → fitted: "
+        f"TTFT {_pct(result['start_ttft_median_ape'])} → {_pct(result['fitted_ttft_median_ape'])}, "
+        f"TPOT {_pct(result['start_tpot_median_ape'])} → {_pct(result['fitted_tpot_median_ape'])}"
+    )
+    if len(result["per_row"]) > ROWS_SHOWN:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from tokenmill.cli.tables import print_table
+
+    def ms(x: float | None) -> str:
+        return "—" if x is None else f"{x:,.1f}"
+
+    t = Table(title=f"the fitted rows (ms): measured, from {origin}, fitted")
+    t.add_column("row")
+    for name in ("TTFT", "from start", "fitted", "TPOT", "from start", "fitted"):
+        t.add_column(name, justify="right")
+    for r in result["per_row"]:
+        t.add_row(
+            r["id"],
+            *(ms(r[f"{k}_ttft_ms"]) for k in ("measured", "start", "fitted")),
+            *(ms(r[f"{k}_tpot_ms"]) for k in ("measured", "start", "fitted")),
+        )
+    print_table(Console(), t)
+
+
 @calibrate_app.command("fit")
 def fit(
     measurements: MeasOpt,
@@ -422,7 +466,14 @@ def fit(
     ] = None,
     max_rows: Annotated[int | None, typer.Option("--max-rows", help="Fit on a stratified subsample.")] = None,
     rounds: Annotated[int, typer.Option("--rounds", help="Replay-then-fit rounds.")] = 2,
-    sweeps: Annotated[int, typer.Option("--sweeps", help="Coordinate-descent sweeps per round.")] = 5,
+    sweeps: Annotated[
+        int | None,
+        typer.Option(
+            "--sweeps",
+            help=f"Coordinate-descent sweeps per round (default {SWEEPS}; {START_SWEEPS} with --start).",
+            show_default=False,
+        ),
+    ] = None,
     jobs: JobsOpt = 1,
     versions: Annotated[
         bool,
@@ -446,11 +497,14 @@ def fit(
     from tokenmill.perf.calibrate import fit as run
     from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
     from tokenmill.perf.measurements import read_measurements
+    from tokenmill.perf.scoring import before_after
 
     models_dir = models_dir_or_presets(models_dir)
     rows, silicon = read_measurements(measurements)
     if not silicon:
         raise TokenmillError("--measurements: fitting needs the silicon_ttft_ms and silicon_tpot_ms columns")
+    if sweeps is None:
+        sweeps = START_SWEEPS if start is not None else SWEEPS
     for name, v in (("--rounds", rounds), ("--sweeps", sweeps)):
         if v <= 0:
             raise TokenmillError(f"{name} must be positive (got {v})")
@@ -468,7 +522,8 @@ def fit(
     table = load_table(start) if start is not None else ParamTable()
     msgs: list[str] = []
     log = msgs.append if json_out else (lambda m: print(m, file=sys.stderr))
-    with progress(rounds * min(len(rows), max_rows or len(rows)), json_out, "replaying") as bar:
+    # each round replays the rows, and one more replay scores the result on them
+    with progress((rounds + 1) * min(len(rows), max_rows or len(rows)), json_out, "replaying") as bar:
         fitted, report, _ = run(
             rows,
             models_dir,
@@ -481,13 +536,14 @@ def fit(
             progress=bar,
             versions=versions,
             anchor=pull,
+            score=True,
         )
     argv = ["tokenmill", "calibrate", "fit", "--measurements", str(measurements), "--models-dir", str(models_dir)]
     if max_rows is not None:
         argv += ["--max-rows", str(max_rows)]
     if rounds != 2:
         argv += ["--rounds", str(rounds)]
-    if sweeps != 5:
+    if sweeps != SWEEPS or start is not None:
         argv += ["--sweeps", str(sweeps)]
     if versions:
         argv.append("--versions")
@@ -513,14 +569,21 @@ def fit(
             "`tokenmill calibrate evaluate ... --accuracy-out` re-measures them; predict shows none meanwhile"
         )
     moved = fitted.moved_from(table) if start is not None else []
+    in_sample = before_after(report.start_predictions, report.fitted_predictions)
     if json_out:
-        extra = {"moved_from_start": [{"constant": k, "start": a, "fitted": b} for k, a, b in moved]} if start else {}
+        extra: dict[str, Any] = {"in_sample": in_sample}
+        if start is not None:
+            extra["moved_from_start"] = [{"constant": k, "start": a, "fitted": b} for k, a, b in moved]
         print(json.dumps({"out": str(target), **fitted.to_json(), **extra, "log": msgs}, indent=2))
         return
-    print(f"fitted {report.rows} rows: loss {report.loss_before:.1f} → {report.loss_after:.1f}; wrote {target}")
+    print(
+        f"fitted {report.rows} rows: loss {report.loss_before:.1f} → {report.loss_after:.1f} in the last of "
+        f"{rounds} rounds; wrote {target}"
+    )
     if start is not None:  # what the rows say their deployment differs in
         print(f"moved from --start by 5 % or more: {len(moved)}" + (", the largest:" if moved else ""))
         for key, a, b in moved[:MOVED_SHOWN]:
             print(f"  {key} {a:.4g} → {b:.4g} (× {b / a:.2f})")
+    _print_in_sample(in_sample, "--start" if start is not None else "the priors")
     if out is None:
         print(f"note: {msgs[-1]}")

@@ -22,7 +22,7 @@ import hashlib
 import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -337,6 +337,11 @@ class FitReport:
     rows: int
     sweeps: int
     history: list[float]
+    #: ``fit(score=True)``: the fitted rows replayed with the constants the fit started from and
+    #: with the ones it ends with (the same rows, in order): what the refit changed on its own
+    #: rows, in sample
+    start_predictions: list[RowPrediction] = field(default_factory=list)
+    fitted_predictions: list[RowPrediction] = field(default_factory=list)
 
 
 #: Weight of the pull towards the priors, per row (its measurement weight) a constant is scored on:
@@ -606,12 +611,15 @@ def fit(
     versions: bool = False,
     fixed: Sequence[str] = (),
     anchor: float = 0.0,
+    score: bool = False,
 ) -> tuple[ParamTable, FitReport, FitData]:
     """Replay (recording) and fit, ``rounds`` times. Only fully specified rows with measurements.
     ``fixed``: constants held at the start table's values (``fit_constants``); ``anchor`` > 0:
     every other constant pulled towards its start value, ``anchor`` per row, instead of towards
     its prior (a refit of a few rows of one deployment from fitted constants: ``calibrate fit
-    --start``; benchmarks/deployment_refit.py measures what it does).
+    --start``; benchmarks/deployment_refit.py measures what it does). ``score``: replay the
+    rows once more with the fitted constants, and keep both that replay and the first round's
+    (the start constants') in the report (``FitReport.start_predictions``, ``fitted_predictions``).
     ``versions``: also fit engine constants per engine version (``collect``); off by default,
     because in the calibration file most versions ran one model's campaign, so their constants
     learn that campaign rather than the release (docs/perf.md §5 shows what that does to a model
@@ -623,11 +631,17 @@ def fit(
     origin = table
     report: FitReport | None = None
     data: FitData | None = None
+    first: list[RowPrediction] = []
     for rnd in range(rounds):
         preds = predict_rows(chosen, models_dir, table, record=True, jobs=jobs, progress=progress)
+        if score and not first:  # without the recorded steps, which the next round's replay replaces
+            first = [replace(p, recorded=None) for p in preds]
         data = collect(preds, versions=versions)
         if log:
             log(f"round {rnd + 1}: {len(data.ids)} rows replayed, {len(data.row)} recorded steps")
         table, report = fit_constants(data, table, sweeps=sweeps, fixed=fixed, log=log, anchor=anchor, origin=origin)
     assert report is not None and data is not None
+    if score:
+        report.start_predictions = first
+        report.fitted_predictions = predict_rows(chosen, models_dir, table, jobs=jobs, progress=progress)
     return table, report, data

@@ -2,8 +2,9 @@
 TPOT, with the median signed error (predicted ÷ measured − 1: which way a group misses), overall
 and by model, system, engine, system × engine, engine version, mode and weight format (the rows'
 ``gemm_quant_mode``), for the fully specified rows and, apart, the disaggregated rows predicted
-under the worker assumption (``score``); by any key of a row (``group_stats``); and what a skipped
-row counts under (``reason_kind``)."""
+under the worker assumption (``score``); by any key of a row (``group_stats``); what a skipped
+row counts under (``reason_kind``); and the same rows under two sets of constants, a refit's start
+and its result (``before_after``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tokenmill.perf.calibrated import version_key
 if TYPE_CHECKING:  # scores are computed from predictions, without the replay that made them
     from tokenmill.perf.row_prediction import RowPrediction
 
-__all__ = ["group_stats", "reason_kind", "score", "signed_error"]
+__all__ = ["before_after", "group_stats", "reason_kind", "score", "signed_error"]
 
 
 def _ape(pred: float, meas: float) -> float:
@@ -95,3 +96,34 @@ def reason_kind(reason: str) -> str:
         elif ch == ":" and depth == 0:
             return reason[:i]
     return reason
+
+
+def before_after(start: list[RowPrediction], fitted: list[RowPrediction]) -> dict[str, Any]:
+    """The same rows predicted with two sets of constants (``calibrate fit``'s start and result):
+    the median and p90 absolute errors of each over the rows both predict and that have both
+    measurements, and each row's measured and predicted times (ms; None where not predicted)."""
+    if [p.id for p in start] != [p.id for p in fitted]:
+        raise ValueError("before_after: the two predictions are not of the same rows in the same order")
+    both = [
+        (a, b)
+        for a, b in zip(start, fitted, strict=True)
+        if a.predicted and b.predicted and a.measured_ttft_ms and a.measured_tpot_ms
+    ]
+    out: dict[str, Any] = {"rows": len(start), "scored": len(both)}
+    for side, preds in (("start", [a for a, _ in both]), ("fitted", [b for _, b in both])):
+        stats = _stats(preds)
+        for key in ("ttft_median_ape", "ttft_p90_ape", "tpot_median_ape", "tpot_p90_ape"):
+            out[f"{side}_{key}"] = stats[key]
+    out["per_row"] = [
+        {
+            "id": a.id,
+            "measured_ttft_ms": a.measured_ttft_ms,
+            "start_ttft_ms": a.ttft_ms,
+            "fitted_ttft_ms": b.ttft_ms,
+            "measured_tpot_ms": a.measured_tpot_ms,
+            "start_tpot_ms": a.tpot_ms,
+            "fitted_tpot_ms": b.tpot_ms,
+        }
+        for a, b in zip(start, fitted, strict=True)
+    ]
+    return out
