@@ -327,3 +327,23 @@ def test_a_refit_from_start_sweeps_more_by_default(capsys: pytest.CaptureFixture
         assert len(sweeps) == (20 if extra else 5), sweeps
         command = load_table(out).meta["command"]
         assert (says in command) if says else "--sweeps" not in command, command
+
+
+def test_a_fitted_row_the_model_cannot_replay_is_counted_with_its_reason(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    mine = tmp_path / "mine.csv"
+    args = ["calibrate", "record", "--launch", VLLM, "--gpu", "h100", "--out", str(mine)]
+    assert cli(capsys, *args, "--measured", str(write(tmp_path, "a.json", mean_ttft_ms=400.0)))[0] == 0
+    (row,) = rows(mine)
+    with mine.open("a", newline="") as f:
+        csv.DictWriter(f, fieldnames=list(row)).writerow(row | {"id": "unknown", "model_path": "nobody/none"})
+    fit = ["calibrate", "fit", "--measurements", str(mine), "--start", "shipped", "--rounds", "1", "--sweeps", "1"]
+    code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "a.json"))
+    assert code == 0, err
+    assert "in sample, on the 1 fitted row: " in out
+    assert "not replayed: 1 (1 × no config for model_path 'nobody/none'" in out
+    assert "unknown" not in out.split("not replayed:")[1].split("\n", 1)[1]  # not a row of the table
+    code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "b.json"), "--json")
+    per_row = {r["id"]: r for r in json.loads(out)["in_sample"]["per_row"]}
+    assert per_row["unknown"]["fitted_ttft_ms"] is None and "nobody/none" in per_row["unknown"]["skipped_reason"]

@@ -71,6 +71,8 @@ def test_before_and_after_scores_only_rows_both_predict() -> None:
         "measured_tpot_ms": 10.0,
         "start_tpot_ms": 8.0,
         "fitted_tpot_ms": None,
+        "skipped_reason": "y",
     }
+    assert result["per_row"][3]["skipped_reason"] == "x" and result["per_row"][0]["skipped_reason"] == ""
     with pytest.raises(ValueError, match="not of the same rows"):
         before_after(start, fitted[::-1])

@@ -417,6 +417,10 @@ def _accuracy_table(
 def _print_in_sample(result: dict[str, Any], origin: str) -> None:
     """The fitted rows' errors with the constants the fit started from and with its result: how
     far the fit moved the model towards its own rows (in sample; not how it predicts other rows)."""
+    from collections import Counter
+
+    from tokenmill.perf.scoring import reason_kind
+
     if not result["scored"]:
         print("no fitted row has both times predicted and measured: nothing to compare")
         return
@@ -426,7 +430,11 @@ def _print_in_sample(result: dict[str, Any], origin: str) -> None:
         f"TTFT {_pct(result['start_ttft_median_ape'])} → {_pct(result['fitted_ttft_median_ape'])}, "
         f"TPOT {_pct(result['start_tpot_median_ape'])} → {_pct(result['fitted_tpot_median_ape'])}"
     )
-    if len(result["per_row"]) > ROWS_SHOWN:
+    replayed = [r for r in result["per_row"] if not r["skipped_reason"]]
+    skipped = Counter(reason_kind(r["skipped_reason"]) for r in result["per_row"] if r["skipped_reason"])
+    if skipped:
+        print(f"not replayed: {sum(skipped.values())} ({'; '.join(f'{n} × {k}' for k, n in skipped.most_common())})")
+    if len(replayed) > ROWS_SHOWN:
         return
     from rich.console import Console
     from rich.table import Table
@@ -440,7 +448,7 @@ def _print_in_sample(result: dict[str, Any], origin: str) -> None:
     t.add_column("row")
     for name in ("TTFT", "from start", "fitted", "TPOT", "from start", "fitted"):
         t.add_column(name, justify="right")
-    for r in result["per_row"]:
+    for r in replayed:
         t.add_row(
             r["id"],
             *(ms(r[f"{k}_ttft_ms"]) for k in ("measured", "start", "fitted")),
@@ -577,8 +585,8 @@ def fit(
         print(json.dumps({"out": str(target), **fitted.to_json(), **extra, "log": msgs}, indent=2))
         return
     print(
-        f"fitted {report.rows} rows: loss {report.loss_before:.1f} → {report.loss_after:.1f} in the last of "
-        f"{rounds} rounds; wrote {target}"
+        f"fitted {report.rows} row{'s' if report.rows != 1 else ''}: loss {report.loss_before:.1f} → "
+        f"{report.loss_after:.1f} in the last of {rounds} rounds; wrote {target}"
     )
     if start is not None:  # what the rows say their deployment differs in
         print(f"moved from --start by 5 % or more: {len(moved)}" + (", the largest:" if moved else ""))

@@ -101,7 +101,8 @@ def reason_kind(reason: str) -> str:
 def before_after(start: list[RowPrediction], fitted: list[RowPrediction]) -> dict[str, Any]:
     """The same rows predicted with two sets of constants (``calibrate fit``'s start and result):
     the median and p90 absolute errors of each over the rows both predict and that have both
-    measurements, and each row's measured and predicted times (ms; None where not predicted)."""
+    measurements, and each row's measured and predicted times (ms; None where not predicted, with
+    the reason the replay gave)."""
     if [p.id for p in start] != [p.id for p in fitted]:
         raise ValueError("before_after: the two predictions are not of the same rows in the same order")
     both = [
@@ -123,6 +124,7 @@ def before_after(start: list[RowPrediction], fitted: list[RowPrediction]) -> dic
             "measured_tpot_ms": a.measured_tpot_ms,
             "start_tpot_ms": a.tpot_ms,
             "fitted_tpot_ms": b.tpot_ms,
+            "skipped_reason": a.skipped_reason or b.skipped_reason,
         }
         for a, b in zip(start, fitted, strict=True)
     ]
