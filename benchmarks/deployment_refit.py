@@ -2,8 +2,8 @@
 on three rows of a deployment, scored on that deployment's other rows.
 
 Run: ``.venv/bin/python benchmarks/deployment_refit.py [--points 3] [--shapes 1] [--anchor 0.03]
-[--free all|engine|KEY,...] [--min-rows 6] [--rounds 2] [--sweeps 20] [--jobs 2] [--figure OUT]
-[--json]`` (about six minutes on this project's 2-core machine).
+[--free all|engine|KEY,...] [--min-rows 6] [--rounds 2] [--sweeps 20] [--ceiling 0.95] [--jobs 2]
+[--figure OUT] [--json]`` (about seven minutes on this project's 2-core machine).
 
 The shipped constants are one set for every deployment of a GPU and an engine, and the calibration
 file's first tokens differ by campaign more than any of its columns says (docs/perf.md, "Why the
@@ -18,7 +18,8 @@ precision, the weight formats and the layout (tp, pp, attention DP, EP); those w
    over those it ran (lowest, highest, and between);
 2. ``calibrate fit --start shipped`` on those rows alone (``perf.calibrate.fit`` from the shipped
    table, two rounds of ``--sweeps`` sweeps, each constant pulled towards its shipped value by
-   ``--anchor``, as the command does; every other GPU and engine keeps its shipped constants);
+   ``--anchor``, no kernel of the rows above ``--ceiling`` × its peak, as the command does;
+   every other GPU and engine keeps its shipped constants);
 3. every *other* row of the deployment (other concurrencies and other lengths; a row that repeats
    a measured point's lengths and lanes, the same measurement in another source file, is left out)
    is predicted with the shipped constants and with the refitted ones.
@@ -41,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenmill.cli.calibrate_cmd import START_ANCHOR, START_SWEEPS
+from tokenmill.cli.calibrate_cmd import CEILING, START_ANCHOR, START_SWEEPS
 from tokenmill.perf.calibrate import fit
 from tokenmill.perf.calibrated import load_table, shipped_path
 from tokenmill.perf.measurements import read_measurements, row_concurrency
@@ -104,9 +105,9 @@ def ape(pred: float | None, meas: float | None) -> float | None:
 
 
 def one(
-    args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, ...], int, float, int, int],
+    args: tuple[tuple[str, ...], list[dict[str, str]], int, str, tuple[str, ...], int, float, int, int, float | None],
 ) -> dict[str, Any]:
-    key, group, points, models, fixed, shapes, anchor, rounds, sweeps = args
+    key, group, points, models, fixed, shapes, anchor, rounds, sweeps, ceiling = args
     shipped = load_table(shipped_path())
     out: dict[str, Any] = {"deployment": dict(zip(DEPLOYMENT, key, strict=True))}
     shipped_preds = {p.id: p for p in predict_rows(group, models, shipped)}
@@ -118,7 +119,9 @@ def one(
     out["fit"] = [r["id"] for r in fit_rows]
     if len(fit_rows) < 2 or not held:
         return out | {"skipped": "fewer than two measured points or nothing left to predict"}
-    fitted, _, _ = fit(fit_rows, models, shipped, rounds=rounds, sweeps=sweeps, fixed=fixed, anchor=anchor)
+    fitted, _, _ = fit(
+        fit_rows, models, shipped, rounds=rounds, sweeps=sweeps, fixed=fixed, anchor=anchor, ceiling=ceiling
+    )
     before = [shipped_preds[r["id"]] for r in held]
     after = predict_rows(held, models, fitted)
     out["rows"] = [
@@ -172,6 +175,12 @@ def main() -> int:
         default=START_SWEEPS,
         help=f"sweeps per round (default {START_SWEEPS}, calibrate fit --start's)",
     )
+    ap.add_argument(
+        "--ceiling",
+        type=float,
+        default=CEILING,
+        help=f"the highest fraction of a kernel's peak a refit may set (default {CEILING:g}, calibrate fit's; 0: none)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.points < 2 or args.shapes < 1 or not args.anchor >= 0 or args.rounds < 1 or args.sweeps < 1:
@@ -187,7 +196,18 @@ def main() -> int:
         ap.error(f"--free: unknown constants {', '.join(unknown)}")
     fixed = tuple(k for k in every_field if k not in free)
     work = [
-        (k, v, args.points, str(args.models_dir), fixed, args.shapes, args.anchor, args.rounds, args.sweeps)
+        (
+            k,
+            v,
+            args.points,
+            str(args.models_dir),
+            fixed,
+            args.shapes,
+            args.anchor,
+            args.rounds,
+            args.sweeps,
+            args.ceiling or None,
+        )
         for k, v in sorted(groups.items())
     ]
     t0 = time.time()
@@ -213,6 +233,7 @@ def main() -> int:
         "free": args.free,
         "rounds": args.rounds,
         "sweeps": args.sweeps,
+        "ceiling": args.ceiling,
         "overall": medians(every),
         "by_engine": {e: medians(v) for e, v in sorted(by_engine.items())},
         "same_lengths": medians([r for r in every if r["same_lengths"]]),

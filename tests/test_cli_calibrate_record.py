@@ -347,3 +347,38 @@ def test_a_fitted_row_the_model_cannot_replay_is_counted_with_its_reason(
     code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "b.json"), "--json")
     per_row = {r["id"]: r for r in json.loads(out)["in_sample"]["per_row"]}
     assert per_row["unknown"]["fitted_ttft_ms"] is None and "nobody/none" in per_row["unknown"]["skipped_reason"]
+
+
+def test_a_refit_keeps_the_rows_kernels_under_the_ceiling_unless_told_otherwise(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Long prompts measured faster than any kernel could process them: by default the refit stops
+    where an FP8 GEMM of the rows reaches 0.95 of its peak; `--ceiling 0` lets it pass the peak;
+    a ceiling that is not a number ≥ 0 is refused before the fit."""
+    from tests.perf.rows import row
+    from tokenmill.perf.calibrated import load_table
+
+    mine = tmp_path / "fast.csv"
+    fast = [
+        row(id=f"r{c}", silicon_data_source=f"s; silicon_concurrency={c}", isl="8192", osl="16")
+        | {"gemm_quant_mode": "fp8", "silicon_ttft_ms": ttft, "silicon_tpot_ms": "6"}
+        for c, ttft in ((1, "40"), (4, "90"))
+    ]
+    with mine.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(fast[0]))
+        writer.writeheader()
+        writer.writerows(fast)
+    base = ["calibrate", "fit", "--measurements", str(mine), "--start", "shipped", "--anchor", "0.0001"]
+    base += ["--rounds", "1", "--sweeps", "3"]
+    fastest = {}
+    for name, extra in (("default", []), ("none", ["--ceiling", "0"])):
+        out = tmp_path / f"{name}.json"
+        code, _, err = cli(capsys, *base, "--out", str(out), *extra)
+        assert code == 0, err
+        p, _ = load_table(out).resolve("h100", "vllm")
+        gemm = max(p.matmul_efficiency, p.moe_matmul_efficiency) * max(1.0, p.fp8_matmul_ratio)
+        fastest[name] = max(gemm, p.attention_efficiency) * p.compute_scale
+    assert fastest["default"] <= 0.95 + 1e-9 < 1.0 < fastest["none"], fastest
+    out = tmp_path / "refused.json"
+    code, _, err = cli(capsys, *base, "--out", str(out), "--ceiling", "-1")
+    assert code == 2 and "--ceiling must be a fraction of peak, or 0 for none (got -1.0)" in err and not out.exists()

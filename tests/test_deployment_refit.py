@@ -39,7 +39,7 @@ def test_a_deployment_is_scored_only_on_points_it_was_not_fitted_on() -> None:
     group += [lanes_row("long", 2048, 64, 4)]
     fixed = tuple(k for k in (*dr.GPU_FIELDS, *dr.GLOBAL_FIELDS))
     key = tuple(group[0].get(k, "") for k in dr.DEPLOYMENT)
-    out = dr.one((key, group, 2, str(MODELS), fixed, 1, 0.0, 1, 2))  # one round of two sweeps
+    out = dr.one((key, group, 2, str(MODELS), fixed, 1, 0.0, 1, 2, None))  # one round of two sweeps
     assert out["fit"] == ["s1", "s16"]
     scored = {r["id"]: r for r in out["rows"]}
     assert set(scored) == {"s4", "long"}  # "again" repeats the measured s16

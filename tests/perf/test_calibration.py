@@ -421,3 +421,31 @@ def test_the_constants_a_refit_moved_are_listed_largest_move_first() -> None:
     ]  # a 4 % move, an unchanged one and a GPU the start did not hold are not listed
     assert [k for k, _, _ in fitted.moved_from(start, least=0.01)][-1] == "global.step_overhead_s"
     assert start.moved_from(start) == []
+
+
+def test_a_ceiling_keeps_a_refits_kernels_under_their_peak() -> None:
+    """Rows whose long prompts come back faster than any kernel could process them: a refit buys
+    the speed by raising the GEMM constants until an FP8 GEMM runs above its peak; with a
+    ``ceiling`` every kernel of the rows' steps stays at or under that fraction of it."""
+    rows = [
+        row(
+            id=f"r{c}",
+            silicon_data_source=f"s; silicon_concurrency={c}",
+            isl="8192",
+            osl="16",
+            gemm_quant_mode="fp8",
+            silicon_ttft_ms=ttft,
+            silicon_tpot_ms="6",
+        )
+        for c, ttft in ((1, "40"), (4, "90"))
+    ]
+    start = load_table()
+
+    def fastest(ceiling: float | None) -> float:
+        table, _, _ = fit(rows, MODELS, start, rounds=1, sweeps=3, anchor=0.0001, ceiling=ceiling)
+        p, _ = table.resolve("h100", "vllm")
+        gemm = max(p.matmul_efficiency, p.moe_matmul_efficiency) * max(1.0, p.fp8_matmul_ratio)
+        return max(gemm, p.attention_efficiency) * p.compute_scale
+
+    assert fastest(None) > 1.0
+    assert fastest(0.95) <= 0.95 + 1e-9

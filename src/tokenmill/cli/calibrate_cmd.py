@@ -60,6 +60,10 @@ START_ANCHOR = 0.03
 #: points buy").
 SWEEPS = 5
 START_SWEEPS = 20
+#: ``calibrate fit``'s ceiling on a kernel's fraction of its peak (``perf.calibrate.COMPUTE_KEYS``):
+#: the efficiencies' own upper bound. The shipped constants stay under it (at most 0.85, 16-bit
+#: GEMMs on Hopper under vLLM); a refit of a few rows would pass it (docs/perf.md).
+CEILING = 0.95
 #: How many of the constants a refit from --start moved it prints (``--json`` has them all).
 MOVED_SHOWN = 8
 #: Up to this many fitted rows, ``calibrate fit`` prints each one's times before and after (a
@@ -499,6 +503,15 @@ def fit(
             f"of towards its prior (default {START_ANCHOR:g}; 0: towards the priors, as without --start).",
         ),
     ] = None,
+    ceiling: Annotated[
+        float | None,
+        typer.Option(
+            "--ceiling",
+            help="The highest fraction of its peak a GEMM or attention kernel of the rows may reach "
+            f"(efficiency × engine scale × 8- or 4-bit ratio; default {CEILING:g}; 0: none).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Fit the constants per GPU kind and engine to the measured rows; write them as JSON."""
@@ -523,6 +536,9 @@ def fit(
     if anchor and start is None:
         raise TokenmillError("--anchor pulls towards the --start constants: give --start shipped (or a params.json)")
     pull = (START_ANCHOR if start is not None else 0.0) if anchor is None else anchor
+    if ceiling is not None and not (math.isfinite(ceiling) and ceiling >= 0):
+        raise TokenmillError(f"--ceiling must be a fraction of peak, or 0 for none (got {ceiling})")
+    cap = CEILING if ceiling is None else (ceiling or None)
     check_output("--out", out)  # before a fit of many minutes, not after it
     check_distinct_outputs([("--out", out)], ("--measurements", measurements))
     if start is not None and str(start) == "shipped" and not start.exists():
@@ -545,6 +561,7 @@ def fit(
             versions=versions,
             anchor=pull,
             score=True,
+            ceiling=cap,
         )
     argv = ["tokenmill", "calibrate", "fit", "--measurements", str(measurements), "--models-dir", str(models_dir)]
     if max_rows is not None:
@@ -555,6 +572,8 @@ def fit(
         argv += ["--sweeps", str(sweeps)]
     if versions:
         argv.append("--versions")
+    if ceiling is not None:
+        argv += ["--ceiling", f"{ceiling:g}"]
     if start is not None:
         argv += ["--start", str(start), "--anchor", f"{pull:g}"]
         # GPUs and engines the rows do not reach keep the constants they started from (a few rows

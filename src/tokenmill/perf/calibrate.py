@@ -381,6 +381,23 @@ PRIOR_WEIGHTS: dict[str, float] = dict.fromkeys(
 PRIOR_WEIGHTS["burst_jitter_steps"] = PRIOR_WEIGHT / 10
 
 
+#: The constants that set a GEMM's or attention kernel's rate: with a ``ceiling``, their product may
+#: not put a kernel of the rows a coordinate is scored on above that fraction of its dtype's peak
+#: (``_Coordinate.over_peak``; ``calibrate fit --ceiling``, default 0.95): a few rows of one
+#: deployment otherwise buy a faster prompt wherever it is cheapest, e.g. FP8 GEMMs at 1.86 × the
+#: FP8 peak (docs/perf.md, "Your own deployment against the model").
+COMPUTE_KEYS = frozenset(
+    (
+        "matmul_efficiency",
+        "moe_matmul_efficiency",
+        "attention_efficiency",
+        "compute_scale",
+        "fp8_matmul_ratio",
+        "fp4_matmul_ratio",
+    )
+)
+
+
 def _log_prior(key: str) -> float:
     """Where the fit pulls ``key``: its benchmark value, else the ``PerfParams`` default."""
     return math.log(BENCHMARK_PRIORS.get(key, getattr(PerfParams(), key)))
@@ -433,11 +450,14 @@ class _Coordinate:
         log_prior: float,
         pooled: Sequence[int] = (),
         pull_weight: float | None = None,
+        ceiling: float | None = None,
     ) -> None:
         """``pooled``: the other GPUs whose geometric mean pulls this per-GPU constant
         (``POOL_WEIGHT``); none for the rest. ``pull_weight``: the pull towards ``log_prior`` per
-        row (default ``PRIOR_WEIGHTS``)."""
+        row (default ``PRIOR_WEIGHTS``). ``ceiling``: a compute constant's value that puts a kernel
+        of these rows above this fraction of its peak is refused (``COMPUTE_KEYS``)."""
         self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
+        self.ceiling = ceiling if key in COMPUTE_KEYS else None
         self.log_prior = log_prior
         weight = PRIOR_WEIGHTS.get(key, PRIOR_WEIGHT) if pull_weight is None else pull_weight
         self.pull = weight * float(np.sum(s.weight))
@@ -464,8 +484,23 @@ class _Coordinate:
         else:  # the subset is all rows, or one group of GPUs': one value
             setattr(self.ns, key, v)
 
+    def over_peak(self) -> float:
+        """How far the fastest kernel of the subset's steps runs above ``ceiling`` × its peak
+        (0: none does): GEMMs at their efficiency × the engine's scale × the 8- or 4-bit ratio
+        where the step runs such GEMMs, attention at its efficiency × the scale."""
+        ns, f = self.ns, self.s.feats
+        r8 = np.where((f.dense_flop8_s + f.moe_flop8_s) > 0, ns.fp8_matmul_ratio, 0.0)
+        r4 = np.where((f.dense_flop4_s + f.moe_flop4_s) > 0, ns.fp4_matmul_ratio, 0.0)
+        gemm = np.maximum(ns.matmul_efficiency, ns.moe_matmul_efficiency) * np.maximum(1.0, np.maximum(r8, r4))
+        rate = np.maximum(gemm, ns.attention_efficiency) * ns.compute_scale
+        return max(0.0, float(np.max(rate)) - (self.ceiling or 0.0))
+
     def objective(self, logv: float) -> float:
         self.put(math.exp(logv))
+        if self.ceiling is not None:
+            excess = self.over_peak()
+            if excess > 0:  # refused, and the further over the worse, so a start above it comes down
+                return 1e12 * (1.0 + excess)
         pool = 0.0 if self.pool_centre is None else POOL_WEIGHT * (logv - self.pool_centre) ** 2
         return _loss(*_predict(self.s, self.ns), self.s) + self.pull * (logv - self.log_prior) ** 2 + pool
 
@@ -499,6 +534,7 @@ def fit_constants(
     log: Callable[[str], None] | None = None,
     anchor: float = 0.0,
     origin: ParamTable | None = None,
+    ceiling: float | None = None,
 ) -> tuple[ParamTable, FitReport]:
     """Coordinate descent on the recorded demands (see the module docstring). Compute
     efficiencies are shared by the GPUs of one generation (``FAMILY_TIED``) and the 4-bit ratio by
@@ -546,7 +582,9 @@ def fit_constants(
     for sweep in range(sweeps):
         for scope, key, i, members, s in coords:
             centre = centres.get((scope, key, i), _log_prior(key))
-            _Coordinate(cur, s, scope, key, i, members, centre, pooled(scope, key, members), weight).update(sweep)
+            _Coordinate(cur, s, scope, key, i, members, centre, pooled(scope, key, members), weight, ceiling).update(
+                sweep
+            )
         history.append(total())
         if log:
             log(f"sweep {sweep + 1}: loss {history[-1]:.2f} (rows {len(data.ids)})")
@@ -612,6 +650,7 @@ def fit(
     fixed: Sequence[str] = (),
     anchor: float = 0.0,
     score: bool = False,
+    ceiling: float | None = None,
 ) -> tuple[ParamTable, FitReport, FitData]:
     """Replay (recording) and fit, ``rounds`` times. Only fully specified rows with measurements.
     ``fixed``: constants held at the start table's values (``fit_constants``); ``anchor`` > 0:
@@ -639,7 +678,9 @@ def fit(
         data = collect(preds, versions=versions)
         if log:
             log(f"round {rnd + 1}: {len(data.ids)} rows replayed, {len(data.row)} recorded steps")
-        table, report = fit_constants(data, table, sweeps=sweeps, fixed=fixed, log=log, anchor=anchor, origin=origin)
+        table, report = fit_constants(
+            data, table, sweeps=sweeps, fixed=fixed, log=log, anchor=anchor, origin=origin, ceiling=ceiling
+        )
     assert report is not None and data is not None
     if score:
         report.start_predictions = first
