@@ -98,3 +98,17 @@ def test_the_fit_gives_a_version_with_rows_enough_its_own_constants() -> None:
     assert any("3.0" in n and "engine's" in n for n in preds["3.0-1-512"].notes)
     assert "vllm@2.0" in score(list(preds.values()))["by_version"]
     assert PerfParams().overhead_scale == 1.0
+
+
+def test_a_versions_constants_keep_its_kernels_under_the_ceiling() -> None:
+    """A release measured far faster than its engine's other release: its factor on the engine's
+    compute scale may not put a kernel of its rows above the ceiling × its peak."""
+    fast, slow = _rows("1.0", 0.05, 20), _rows("2.0", 1.0, 20)
+
+    def fastest(ceiling: float | None) -> float:
+        table, _, _ = fit(fast + slow, MODELS, ParamTable(), rounds=1, sweeps=2, versions=True, ceiling=ceiling)
+        p, _ = table.resolve("h100", "vllm", "1.0")
+        return max(p.matmul_efficiency, p.moe_matmul_efficiency, p.attention_efficiency) * p.compute_scale
+
+    assert fastest(None) > 1.0
+    assert fastest(0.95) <= 0.95 + 1e-9

@@ -543,7 +543,9 @@ def fit_constants(
     (``PRIOR_WEIGHTS``) × rows (weighed) × (log(value / prior))², so a constant the data barely constrain stays
     near its documented prior. With ``anchor`` > 0 the pull is ``anchor`` × rows × (log(value /
     its value in ``origin``))² instead (``origin`` defaults to ``table``; ``fit`` passes the table
-    it started from, so every round pulls towards the same constants)."""
+    it started from, so every round pulls towards the same constants). With ``ceiling``, no value
+    of a compute constant (``COMPUTE_KEYS``) that puts a kernel of its rows above that fraction of
+    its peak is taken."""
     cur = _Params(table, data)
     everything = data.subset(np.ones(len(data.ids), dtype=bool))
     by_eng = [data.subset(data.row_eng == i) for i in range(len(data.engines))]
@@ -594,14 +596,21 @@ def fit_constants(
         "loss_after": round(history[-1], 4),
     }
     if data.versions and not set(ENGINE_FIELDS) <= set(fixed):
-        after = _fit_versions(data, cur, everything, sweeps, fixed)
+        after = _fit_versions(data, cur, everything, sweeps, fixed, ceiling)
         meta["loss_after_versions"] = round(after, 4)
         if log:
             log(f"engine versions ({len(data.versions)}): loss {after:.2f}")
     return cur.table(data, meta), FitReport(before, history[-1], len(data.ids), sweeps, history)
 
 
-def _fit_versions(data: FitData, cur: _Params, everything: _Subset, sweeps: int, fixed: Sequence[str] = ()) -> float:
+def _fit_versions(
+    data: FitData,
+    cur: _Params,
+    everything: _Subset,
+    sweeps: int,
+    fixed: Sequence[str] = (),
+    ceiling: float | None = None,
+) -> float:
     """The engine constants of each engine version with rows enough (``collect``), on its rows
     only, everything else held. A version's constant is its engine's times a factor, pulled towards
     1 (towards the engine's value, not the prior): the engine's constants describe the engine
@@ -617,7 +626,7 @@ def _fit_versions(data: FitData, cur: _Params, everything: _Subset, sweeps: int,
                 if key in fixed:
                     continue
                 log_prior = math.log(float(cur.eng[key][cur.ver_eng[i]]))
-                _Coordinate(cur, s, "ver", key, i, [i], log_prior).update(sweep)
+                _Coordinate(cur, s, "ver", key, i, [i], log_prior, ceiling=ceiling).update(sweep)
     return _loss(*_predict(everything, cur.view(everything)), everything)
 
 
@@ -659,6 +668,8 @@ def fit(
     --start``; benchmarks/deployment_refit.py measures what it does). ``score``: replay the
     rows once more with the fitted constants, and keep both that replay and the first round's
     (the start constants') in the report (``FitReport.start_predictions``, ``fitted_predictions``).
+    ``ceiling``: no GEMM or attention kernel of the rows above that fraction of its peak
+    (``fit_constants``; None: no limit, as before ``calibrate fit --ceiling``).
     ``versions``: also fit engine constants per engine version (``collect``); off by default,
     because in the calibration file most versions ran one model's campaign, so their constants
     learn that campaign rather than the release (docs/perf.md §5 shows what that does to a model
