@@ -458,6 +458,14 @@ class _Coordinate:
         of these rows above this fraction of its peak is refused (``COMPUTE_KEYS``)."""
         self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
         self.ceiling = ceiling if key in COMPUTE_KEYS else None
+        if self.ceiling is not None:
+            # a kernel's rate depends on the step's GPU, engine and version and on whether it runs
+            # 8- or 4-bit GEMMs: one step of each such kind stands for all of them
+            f = s.feats
+            self.uses8 = (f.dense_flop8_s + f.moe_flop8_s) > 0
+            self.uses4 = (f.dense_flop4_s + f.moe_flop4_s) > 0
+            kinds = np.stack([s.gpu, s.eng, s.ver, self.uses8, self.uses4], axis=1)
+            self.kinds = np.unique(kinds, axis=0, return_index=True)[1]
         self.log_prior = log_prior
         weight = PRIOR_WEIGHTS.get(key, PRIOR_WEIGHT) if pull_weight is None else pull_weight
         self.pull = weight * float(np.sum(s.weight))
@@ -488,11 +496,16 @@ class _Coordinate:
         """How far the fastest kernel of the subset's steps runs above ``ceiling`` × its peak
         (0: none does): GEMMs at their efficiency × the engine's scale × the 8- or 4-bit ratio
         where the step runs such GEMMs, attention at its efficiency × the scale."""
-        ns, f = self.ns, self.s.feats
-        r8 = np.where((f.dense_flop8_s + f.moe_flop8_s) > 0, ns.fp8_matmul_ratio, 0.0)
-        r4 = np.where((f.dense_flop4_s + f.moe_flop4_s) > 0, ns.fp4_matmul_ratio, 0.0)
-        gemm = np.maximum(ns.matmul_efficiency, ns.moe_matmul_efficiency) * np.maximum(1.0, np.maximum(r8, r4))
-        rate = np.maximum(gemm, ns.attention_efficiency) * ns.compute_scale
+        k = self.kinds
+
+        def at(name: str) -> Any:  # the constant on the steps in ``k``: per step, or one value
+            v = getattr(self.ns, name)
+            return v[k] if isinstance(v, np.ndarray) and v.ndim else v
+
+        r8 = np.where(self.uses8[k], at("fp8_matmul_ratio"), 0.0)
+        r4 = np.where(self.uses4[k], at("fp4_matmul_ratio"), 0.0)
+        gemm = np.maximum(at("matmul_efficiency"), at("moe_matmul_efficiency")) * np.maximum(1.0, np.maximum(r8, r4))
+        rate = np.maximum(gemm, at("attention_efficiency")) * at("compute_scale")
         return max(0.0, float(np.max(rate)) - (self.ceiling or 0.0))
 
     def objective(self, logv: float) -> float:
