@@ -352,9 +352,10 @@ def test_a_fitted_row_the_model_cannot_replay_is_counted_with_its_reason(
 def test_a_refit_keeps_the_rows_kernels_under_the_ceiling_unless_told_otherwise(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Long prompts measured faster than any kernel could process them: by default the refit stops
-    where an FP8 GEMM of the rows reaches 0.95 of its peak; `--ceiling 0` lets it pass the peak;
-    a ceiling that is not a number ≥ 0 is refused before the fit."""
+    """Long prompts measured faster than any kernel could process them: by default a refit from
+    `--start` stops where an FP8 GEMM of the rows reaches 0.95 of its peak; `--ceiling 0` lets it
+    pass the peak; a fit from the priors has no ceiling unless given one; a ceiling that is not a
+    number ≥ 0 is refused before the fit."""
     from tests.perf.rows import row
     from tokenmill.perf.calibrated import load_table
 
@@ -379,6 +380,18 @@ def test_a_refit_keeps_the_rows_kernels_under_the_ceiling_unless_told_otherwise(
         gemm = max(p.matmul_efficiency, p.moe_matmul_efficiency) * max(1.0, p.fp8_matmul_ratio)
         fastest[name] = max(gemm, p.attention_efficiency) * p.compute_scale
     assert fastest["default"] <= 0.95 + 1e-9 < 1.0 < fastest["none"], fastest
+    # from the priors (a fit of a whole file) there is no ceiling unless one is given
+    priors = ["calibrate", "fit", "--measurements", str(mine), "--rounds", "1", "--sweeps", "1"]
+    tables = {}
+    for name, extra in (("default", []), ("none", ["--ceiling", "0"]), ("given", ["--ceiling", "0.5"])):
+        out = tmp_path / f"priors-{name}.json"
+        assert cli(capsys, *priors, "--out", str(out), *extra)[0] == 0
+        tables[name] = load_table(out)
+    assert tables["default"].gpus == tables["none"].gpus and tables["default"].backends == tables["none"].backends
+    p, _ = tables["given"].resolve("h100", "vllm")
+    gemm = max(p.matmul_efficiency, p.moe_matmul_efficiency) * max(1.0, p.fp8_matmul_ratio)
+    assert max(gemm, p.attention_efficiency) * p.compute_scale <= 0.5 + 1e-9
+    assert tables["given"].gpus != tables["none"].gpus
     out = tmp_path / "refused.json"
     code, _, err = cli(capsys, *base, "--out", str(out), "--ceiling", "-1")
     assert code == 2 and "--ceiling must be a fraction of peak, or 0 for none (got -1.0)" in err and not out.exists()

@@ -383,7 +383,7 @@ PRIOR_WEIGHTS["burst_jitter_steps"] = PRIOR_WEIGHT / 10
 
 #: The constants that set a GEMM's or attention kernel's rate: with a ``ceiling``, their product may
 #: not put a kernel of the rows a coordinate is scored on above that fraction of its dtype's peak
-#: (``_Coordinate.over_peak``; ``calibrate fit --ceiling``, default 0.95): a few rows of one
+#: (``_Coordinate.over_peak``; ``calibrate fit --ceiling``, 0.95 with ``--start``): a few rows of one
 #: deployment otherwise buy a faster prompt wherever it is cheapest, e.g. FP8 GEMMs at 1.86 × the
 #: FP8 peak (docs/perf.md, "Your own deployment against the model").
 COMPUTE_KEYS = frozenset(
