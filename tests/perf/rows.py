@@ -37,3 +37,11 @@ def row(**kw: str) -> dict[str, str]:
     if conc and "batch_size" not in kw:  # the file's aggregated rows: batch_size = the benchmark's lanes
         base["batch_size"] = conc.group(1)
     return base
+
+
+def fastest_kernel(p: object) -> float:
+    """The fraction of its FP8 peak the fastest kernel of an FP8-GEMM step runs at under constants
+    ``p``, worked out here (not by the fit's own ``peak_fraction``), for the ceiling tests."""
+    eff = [getattr(p, k) for k in ("matmul_efficiency", "moe_matmul_efficiency", "fp8_matmul_ratio")]
+    gemm = max(eff[0], eff[1]) * max(1.0, eff[2])
+    return float(max(gemm, p.attention_efficiency) * p.compute_scale)

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenmill.perf.calibrate as calibrate
-from tests.perf.rows import MODELS, row
+from tests.perf.rows import MODELS, fastest_kernel, row
 from tokenmill.errors import TokenmillError
-from tokenmill.perf.calibrate import _tie_groups, collect, fit, fit_constants, predict_recorded
+from tokenmill.perf.calibrate import _tie_groups, collect, fit, fit_constants, peak_fraction, predict_recorded
 from tokenmill.perf.calibrated import ParamTable, load_table, params_for
 from tokenmill.perf.params import BOUNDS, ENGINE_FIELDS, GPU_FIELDS, PER_GPU_FIELDS, PerfParams
 from tokenmill.perf.row_prediction import predict_rows
@@ -443,9 +443,25 @@ def test_a_ceiling_keeps_a_refits_kernels_under_their_peak() -> None:
 
     def fastest(ceiling: float | None) -> float:
         table, _, _ = fit(rows, MODELS, start, rounds=1, sweeps=3, anchor=0.0001, ceiling=ceiling)
-        p, _ = table.resolve("h100", "vllm")
-        gemm = max(p.matmul_efficiency, p.moe_matmul_efficiency) * max(1.0, p.fp8_matmul_ratio)
-        return max(gemm, p.attention_efficiency) * p.compute_scale
+        return fastest_kernel(table.resolve("h100", "vllm")[0])
 
     assert fastest(None) > 1.0
     assert fastest(0.95) <= 0.95 + 1e-9
+
+
+def test_the_fastest_kernel_is_a_gemm_at_its_ratio_where_the_step_runs_it() -> None:
+    p = PerfParams(
+        matmul_efficiency=0.8,
+        moe_matmul_efficiency=0.5,
+        attention_efficiency=0.4,
+        compute_scale=1.1,
+        fp8_matmul_ratio=1.2,
+        fp4_matmul_ratio=0.5,
+    )
+    assert peak_fraction(p) == pytest.approx(0.88)  # 16-bit GEMMs: 0.8 × 1.1
+    assert peak_fraction(p, uses8=True) == pytest.approx(1.056)  # 0.8 × 1.2 × 1.1
+    assert peak_fraction(p, uses4=True) == pytest.approx(0.88)  # a 4-bit ratio under 1 binds nothing
+    steps = peak_fraction(p, np.array([False, True]), np.array([False, False]))
+    assert steps.tolist() == pytest.approx([0.88, 1.056])
+    attention = PerfParams(matmul_efficiency=0.3, attention_efficiency=0.6, compute_scale=1.0)
+    assert peak_fraction(attention) == pytest.approx(0.6)

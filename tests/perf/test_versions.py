@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.perf.rows import row
+from tests.perf.rows import fastest_kernel, row
 from tokenmill.errors import TokenmillError
 from tokenmill.perf.calibrate import MIN_VERSION_ROWS, fit
 from tokenmill.perf.calibrated import ParamTable, version_key
@@ -107,8 +107,7 @@ def test_a_versions_constants_keep_its_kernels_under_the_ceiling() -> None:
 
     def fastest(ceiling: float | None) -> float:
         table, _, _ = fit(fast + slow, MODELS, ParamTable(), rounds=1, sweeps=2, versions=True, ceiling=ceiling)
-        p, _ = table.resolve("h100", "vllm", "1.0")
-        return max(p.matmul_efficiency, p.moe_matmul_efficiency, p.attention_efficiency) * p.compute_scale
+        return fastest_kernel(table.resolve("h100", "vllm", "1.0")[0])
 
     assert fastest(None) > 1.0
     assert fastest(0.95) <= 0.95 + 1e-9

@@ -398,6 +398,18 @@ COMPUTE_KEYS = frozenset(
 )
 
 
+def peak_fraction(p: Any, uses8: Any = False, uses4: Any = False) -> Any:
+    """The fraction of its dtype's peak the fastest kernel runs at under constants ``p`` (as
+    ``roofline.combine`` composes them, at large M): a GEMM at its efficiency × the engine's compute scale ×
+    the 8- or 4-bit ratio where the step runs such GEMMs (``uses8``, ``uses4``), attention at its
+    efficiency × the scale. Scalars or numpy arrays (one value per step). ``calibrate fit
+    --ceiling`` keeps it under a bound: above 1 no kernel could run."""
+    r8 = np.where(uses8, p.fp8_matmul_ratio, 0.0)
+    r4 = np.where(uses4, p.fp4_matmul_ratio, 0.0)
+    gemm = np.maximum(p.matmul_efficiency, p.moe_matmul_efficiency) * np.maximum(1.0, np.maximum(r8, r4))
+    return np.maximum(gemm, p.attention_efficiency) * p.compute_scale
+
+
 def _log_prior(key: str) -> float:
     """Where the fit pulls ``key``: its benchmark value, else the ``PerfParams`` default."""
     return math.log(BENCHMARK_PRIORS.get(key, getattr(PerfParams(), key)))
@@ -494,18 +506,17 @@ class _Coordinate:
 
     def over_peak(self) -> float:
         """How far the fastest kernel of the subset's steps runs above ``ceiling`` × its peak
-        (0: none does): GEMMs at their efficiency × the engine's scale × the 8- or 4-bit ratio
-        where the step runs such GEMMs, attention at its efficiency × the scale."""
+        (0: none does; ``peak_fraction``)."""
         k = self.kinds
-
-        def at(name: str) -> Any:  # the constant on the steps in ``k``: per step, or one value
-            v = getattr(self.ns, name)
-            return v[k] if isinstance(v, np.ndarray) and v.ndim else v
-
-        r8 = np.where(self.uses8[k], at("fp8_matmul_ratio"), 0.0)
-        r4 = np.where(self.uses4[k], at("fp4_matmul_ratio"), 0.0)
-        gemm = np.maximum(at("matmul_efficiency"), at("moe_matmul_efficiency")) * np.maximum(1.0, np.maximum(r8, r4))
-        rate = np.maximum(gemm, at("attention_efficiency")) * at("compute_scale")
+        # the constants on the steps in ``k`` (a per-step array indexed, one value kept)
+        on_k = SimpleNamespace(
+            **{
+                name: v[k] if isinstance(v, np.ndarray) and v.ndim else v
+                for name in COMPUTE_KEYS
+                for v in (getattr(self.ns, name),)
+            }
+        )
+        rate = peak_fraction(on_k, self.uses8[k], self.uses4[k])
         return max(0.0, float(np.max(rate)) - (self.ceiling or 0.0))
 
     def objective(self, logv: float) -> float:
