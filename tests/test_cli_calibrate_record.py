@@ -391,3 +391,84 @@ def test_a_refit_keeps_the_rows_kernels_under_the_ceiling_unless_told_otherwise(
     out = tmp_path / "refused.json"
     code, _, err = cli(capsys, *base, "--out", str(out), "--ceiling", "-1")
     assert code == 2 and "--ceiling must be a fraction of peak, or 0 for none (got -1.0)" in err and not out.exists()
+
+
+def test_a_refit_from_the_launch_command_and_result_files_is_the_refit_of_their_recorded_rows(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`calibrate fit --launch … --gpu … --measured …` (from the shipped constants by default) writes
+    the constants `calibrate record` then `calibrate fit --measurements … --start shipped` write, its
+    command in the file with the launch quoted, and says a note shared by the result files once."""
+    from tokenmill.perf.calibrated import load_table, shipped_path
+
+    files = [
+        write(
+            tmp_path,
+            f"c{c}.json",
+            max_concurrency=c,
+            completed=10 * c,
+            total_input_tokens=1024 * 10 * c,
+            total_output_tokens=256 * 10 * c,
+            mean_ttft_ms=t,
+            mean_tpot_ms=p,
+        )
+        for c, t, p in ((4, 120.0, 14.0), (16, 260.0, 19.0))
+    ]
+    measured = [a for f in files for a in ("--measured", str(f))]
+    mine = tmp_path / "mine.csv"
+    code, _, err = cli(capsys, "calibrate", "record", "--launch", VLLM, "--gpu", "h100", "--out", str(mine), *measured)
+    assert code == 0, err
+    quick = ["--rounds", "1", "--sweeps", "2"]
+    two_steps, one_step = tmp_path / "two.json", tmp_path / "one.json"
+    code, _, err = cli(
+        capsys, "calibrate", "fit", "--measurements", str(mine), "--start", "shipped", "--out", str(two_steps), *quick
+    )
+    assert code == 0, err
+    code, out, err = cli(
+        capsys, "calibrate", "fit", "--launch", VLLM, "--gpu", "h100", *measured, "--out", str(one_step), *quick
+    )
+    assert code == 0, err
+    a, b = load_table(two_steps), load_table(one_step)
+    assert a.backends["vllm"] != load_table(shipped_path()).backends["vllm"]  # the rows moved something
+    commands = a.meta.pop("command"), b.meta.pop("command")
+    assert a.to_json() == b.to_json()
+    assert commands[0].startswith(f"tokenmill calibrate fit --measurements {mine} ")
+    assert commands[1].startswith(
+        f"tokenmill calibrate fit --launch '{VLLM}' --gpu h100 --measured {files[0]} --measured {files[1]} "
+    )
+    assert commands[1].endswith(f"--start {shipped_path()} --anchor 0.03")
+    assert "on the 2 fitted rows" in out
+    notes = [line for line in err.splitlines() if line.startswith("note: ")]
+    assert "note: input len 1,024.0: the mean of the completed requests" in notes
+    assert len(notes) == len(set(notes)), err
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--measurements", "MINE", "--launch", VLLM], "--measurements and --launch: the rows come from"),
+        ([], "give the rows to fit: --measurements FILE.csv, or one deployment's --launch"),
+        (["--launch", VLLM, "--gpu", "h100"], "--launch gives one deployment's runs: it needs --measured too"),
+        (["--measured", "RUN"], "--measured gives one deployment's runs: it needs --launch and --gpu too"),
+        (["--measurements", "MINE", "--backend-version", "0.11.0"], "--measurements and --backend-version"),
+        (["--launch", VLLM, "--gpu", "h100", "--measured", "RUN", "--no-out"], "give --out FILE.json"),
+        (["--launch", VLLM, "--gpu", "h100", "--measured", "RUN", "--out", "RUN"], "is also --measured"),
+        (["--launch", VLLM, "--gpu", "a100", "--measured", "RUN"], "--gpu:"),
+    ],
+)
+def test_a_refit_takes_its_rows_from_one_source(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str], says: str
+) -> None:
+    """A measurements file or one deployment's launch command, GPU and result files: both, neither
+    or a part of the second is refused in one line naming the flags, and nothing is written."""
+    run = write(tmp_path, "run.json")
+    before = run.read_text()
+    mine = tmp_path / "mine.csv"
+    mine.write_text("id\n")
+    out = tmp_path / "out.json"
+    argv = [{"MINE": str(mine), "RUN": str(run)}.get(f, f) for f in flags if f != "--no-out"]
+    if "--out" not in flags and "--no-out" not in flags:
+        argv += ["--out", str(out)]
+    code, _, err = cli(capsys, "calibrate", "fit", *argv)
+    assert code == 2 and says in err and err.count("\n") == 1, err
+    assert not out.exists() and run.read_text() == before

@@ -5,12 +5,14 @@ import csv
 import json
 import math
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from tokenmill.cli.calibrate_record_cmd import GPU_HELP, LAUNCH_HELP, MEASURED_HELP, VERSION_HELP, recorded
 from tokenmill.cli.options import JsonOpt, SetOpt, check_distinct_outputs, check_figures, check_output
 from tokenmill.cli.predict_cmd import ParamsOpt
 from tokenmill.cli.terminal_progress import progress
@@ -464,9 +466,55 @@ def _print_in_sample(result: dict[str, Any], origin: str) -> None:
     print_table(Console(), t)
 
 
+def _fit_source(
+    measurements: Path | None, launch: str | None, gpu: str | None, measured: list[Path] | None, version: str
+) -> tuple[list[str], list[tuple[str, Path]]]:
+    """``calibrate fit``'s rows come from a measurements file or from one deployment's launch command
+    and result files (``calibrate record``'s flags), not both: the flags that name them, as the
+    written file's command records them, and the input files an ``--out`` must not overwrite."""
+    deployment = [f for f, v in (("--launch", launch), ("--gpu", gpu), ("--measured", measured)) if v]
+    if version.strip():
+        deployment.append("--backend-version")
+    if measurements is not None:
+        if deployment:
+            raise TokenmillError(
+                f"--measurements and {deployment[0]}: the rows come from a measurements file or from one "
+                "deployment's --launch, --gpu and --measured, not both"
+            )
+        return ["--measurements", str(measurements)], [("--measurements", measurements)]
+    if not deployment:
+        raise TokenmillError(
+            "give the rows to fit: --measurements FILE.csv, or one deployment's --launch 'CMD' --gpu G "
+            "--measured RESULT.json (repeatable)"
+        )
+    missing = [f for f, v in (("--launch", launch), ("--gpu", gpu), ("--measured", measured)) if not v]
+    if missing:
+        raise TokenmillError(
+            f"{deployment[0]} gives one deployment's runs: it needs {' and '.join(missing)} too "
+            "(--launch 'CMD' --gpu G --measured RESULT.json …)"
+        )
+    assert launch is not None and gpu is not None and measured
+    argv = ["--launch", launch, "--gpu", gpu, *(a for p in measured for a in ("--measured", str(p)))]
+    if version.strip():
+        argv += ["--backend-version", version.strip()]
+    return argv, [("--measured", p) for p in measured]
+
+
 @calibrate_app.command("fit")
 def fit(
-    measurements: MeasOpt,
+    measurements: Annotated[
+        Path | None,
+        typer.Option(
+            "--measurements",
+            help="Measurements CSV (serving_measurements.csv format); or give one deployment's runs with "
+            "--launch, --gpu and --measured.",
+            show_default=False,
+        ),
+    ] = None,
+    launch: Annotated[str | None, typer.Option("--launch", help=f"Instead of --measurements: {LAUNCH_HELP}")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help=f"With --launch: {GPU_HELP}")] = None,
+    measured: Annotated[list[Path] | None, typer.Option("--measured", help=f"With --launch: {MEASURED_HELP}")] = None,
+    backend_version: Annotated[str, typer.Option("--backend-version", help=f"With --launch: {VERSION_HELP}")] = "",
     models_dir: ModelsDirOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Where to write the constants (default: the shipped params.json).")
@@ -476,7 +524,7 @@ def fit(
         typer.Option(
             "--start",
             help="Constants to start from: a params.json, or 'shipped' for the ones every command uses "
-            "(default: priors). A few rows of your own (calibrate record) are best fitted from 'shipped'.",
+            "(default: priors; 'shipped' with --launch). A few rows of your own are best fitted from 'shipped'.",
         ),
     ] = None,
     max_rows: Annotated[int | None, typer.Option("--max-rows", help="Fit on a stratified subsample.")] = None,
@@ -525,9 +573,21 @@ def fit(
     from tokenmill.perf.scoring import before_after
 
     models_dir = models_dir_or_presets(models_dir)
-    rows, silicon = read_measurements(measurements)
-    if not silicon:
-        raise TokenmillError("--measurements: fitting needs the silicon_ttft_ms and silicon_tpot_ms columns")
+    source = _fit_source(measurements, launch, gpu, measured, backend_version)
+    if measurements is not None:
+        rows, silicon = read_measurements(measurements)
+        if not silicon:
+            raise TokenmillError("--measurements: fitting needs the silicon_ttft_ms and silicon_tpot_ms columns")
+        notes: list[str] = []
+    else:  # one deployment's runs, as `calibrate record` would write them
+        assert launch is not None and gpu is not None and measured
+        if out is None:  # the default --out is the shipped params.json, which every command reads
+            raise TokenmillError(
+                "--launch: a refit on one deployment's runs is for that deployment: give --out FILE.json"
+            )
+        rows, notes = recorded(measured, launch, gpu, backend_version)
+        if start is None:
+            start = Path("shipped")
     if sweeps is None:
         sweeps = START_SWEEPS if start is not None else SWEEPS
     for name, v in (("--rounds", rounds), ("--sweeps", sweeps)):
@@ -544,7 +604,8 @@ def fit(
         raise TokenmillError(f"--ceiling must be a fraction of peak, or 0 for none (got {ceiling})")
     cap = (CEILING if start is not None else None) if ceiling is None else (ceiling or None)
     check_output("--out", out)  # before a fit of many minutes, not after it
-    check_distinct_outputs([("--out", out)], ("--measurements", measurements))
+    for flag, path in source[1]:
+        check_distinct_outputs([("--out", out)], (flag, path))
     if start is not None and str(start) == "shipped" and not start.exists():
         start = shipped_path()
     table = load_table(start) if start is not None else ParamTable()
@@ -567,7 +628,7 @@ def fit(
             score=True,
             ceiling=cap,
         )
-    argv = ["tokenmill", "calibrate", "fit", "--measurements", str(measurements), "--models-dir", str(models_dir)]
+    argv = ["tokenmill", "calibrate", "fit", *source[0], "--models-dir", str(models_dir)]
     if max_rows is not None:
         argv += ["--max-rows", str(max_rows)]
     if rounds != 2:
@@ -588,7 +649,7 @@ def fit(
         fitted.backends |= {b: v for b, v in table.backends.items() if b not in fitted.backends}
         if kept:
             fitted.meta["kept_from_start"] = kept
-    fitted.meta.update({"command": " ".join(argv), "measurements_rows": len(rows)})
+    fitted.meta.update({"command": shlex.join(argv), "measurements_rows": len(rows)})
     target = out if out is not None else shipped_path()
     try:
         fitted.write(target)
@@ -599,6 +660,7 @@ def fit(
             "the shipped error bands (accuracy.json) describe the previous constants until "
             "`tokenmill calibrate evaluate ... --accuracy-out` re-measures them; predict shows none meanwhile"
         )
+    msgs += [f"note: {n}" for n in notes]  # what the launch command and result files leave to the engine
     moved = fitted.moved_from(table) if start is not None else []
     in_sample = before_after(report.start_predictions, report.fitted_predictions)
     if json_out:
@@ -616,5 +678,7 @@ def fit(
         for key, a, b in moved[:MOVED_SHOWN]:
             print(f"  {key} {a:.4g} → {b:.4g} (× {b / a:.2f})")
     _print_in_sample(in_sample, "--start" if start is not None else "the priors")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if out is None:
         print(f"note: {msgs[-1]}")

@@ -124,38 +124,27 @@ def _existing(out: Path) -> set[str]:
         return {(r.get("id") or "").strip() for r in reader}
 
 
-def record(
-    measured: Annotated[
-        list[Path],
-        typer.Option(
-            "--measured",
-            help="A benchmark result of the deployment (tokenmill bench --output-file, vLLM's --save-result, "
-            "SGLang's --output-file): one row each (repeatable).",
-        ),
-    ],
-    launch: Annotated[
-        str, typer.Option("--launch", help="The SGLang or vLLM command the deployment was started with, quoted.")
-    ],
-    gpu: Annotated[str, typer.Option("--gpu", help="The GPU it ran on: a name from `tokenmill gpus`.")],
-    out: Annotated[
-        Path, typer.Option("--out", help="The measurements CSV to write, or to append to (one it wrote before).")
-    ],
-    backend_version: Annotated[
-        str, typer.Option("--backend-version", help="The engine's release, as the calibration file spells it.")
-    ] = "",
-    id_prefix: Annotated[
-        str | None,
-        typer.Option("--id-prefix", help="Rows are named PREFIX_ISLxOSL_cC (default: model, GPU, engine and layout)."),
-    ] = None,
-) -> None:
-    """Write benchmark results of a deployment as rows of a measurements file, for ``calibrate
-    evaluate``, ``row`` and ``fit``."""
+#: The flags that give a deployment's rows as its launch command and result files, shared by
+#: ``calibrate record`` and ``calibrate fit`` (which fits on them without a CSV in between).
+MEASURED_HELP = (
+    "A benchmark result of the deployment (tokenmill bench --output-file, vLLM's --save-result, "
+    "SGLang's --output-file): one row each (repeatable)."
+)
+LAUNCH_HELP = "The SGLang or vLLM command the deployment was started with, quoted."
+GPU_HELP = "The GPU it ran on: a name from `tokenmill gpus`."
+VERSION_HELP = "The engine's release, as the calibration file spells it."
+
+
+def recorded(
+    measured: list[Path], launch: str, gpu: str, backend_version: str = "", id_prefix: str | None = None
+) -> tuple[list[dict[str, str]], list[str]]:
+    """The rows of a deployment's result files, in ``columns()``, and the notes on what its launch
+    command and result files leave to the engine (the reading's notes, flags not modelled)."""
     from tokenmill.cli.options import load_gpu_flag
     from tokenmill.hardware.engines import check_engine_runs_on
     from tokenmill.plan.launch_reading import read_launch
     from tokenmill.workload.bench_result import read_bench_results
 
-    check_output("--out", out, (".csv",))
     hw = load_gpu_flag(gpu)
     gpu_name = hw.name if not gpu.endswith(".toml") else gpu
     reading = read_launch(launch)
@@ -178,7 +167,30 @@ def record(
     prefix = re.sub(r"[^A-Za-z0-9_.-]+", "-", id_prefix if id_prefix is not None else default).strip("-")
     if not prefix:
         raise TokenmillError(f"--id-prefix must hold a letter or digit (got {id_prefix!r})")
-    rows = record_rows(reading, runs, gpu_name, backend_version.strip(), prefix)
+    notes = [*reading.notes, *(n for run in runs for n in run.notes)]
+    if reading.not_modelled:
+        notes.append("not modelled: " + " ".join(reading.not_modelled))
+    notes = list(dict.fromkeys(notes))  # result files of one sweep say the same thing once each
+    return record_rows(reading, runs, gpu_name, backend_version.strip(), prefix), notes
+
+
+def record(
+    measured: Annotated[list[Path], typer.Option("--measured", help=MEASURED_HELP)],
+    launch: Annotated[str, typer.Option("--launch", help=LAUNCH_HELP)],
+    gpu: Annotated[str, typer.Option("--gpu", help=GPU_HELP)],
+    out: Annotated[
+        Path, typer.Option("--out", help="The measurements CSV to write, or to append to (one it wrote before).")
+    ],
+    backend_version: Annotated[str, typer.Option("--backend-version", help=VERSION_HELP)] = "",
+    id_prefix: Annotated[
+        str | None,
+        typer.Option("--id-prefix", help="Rows are named PREFIX_ISLxOSL_cC (default: model, GPU, engine and layout)."),
+    ] = None,
+) -> None:
+    """Write benchmark results of a deployment as rows of a measurements file, for ``calibrate
+    evaluate``, ``row`` and ``fit`` (``fit`` also takes the same flags instead of the file)."""
+    check_output("--out", out, (".csv",))
+    rows, notes = recorded(measured, launch, gpu, backend_version, id_prefix)
     taken = _existing(out)
     again = [r["id"] for r in rows if r["id"] in taken]
     if again:
@@ -194,8 +206,5 @@ def record(
         raise TokenmillError(f"--out {str(out)!r}: {exc.strerror or exc}") from None
     for row in rows:
         print(f"{row['id']}: {row['silicon_ttft_ms']} ms / {row['silicon_tpot_ms'] or '—'} ms → {out}")
-    notes = [*reading.notes, *(n for run in runs for n in run.notes)]
-    if reading.not_modelled:
-        notes.append("not modelled: " + " ".join(reading.not_modelled))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
