@@ -27,6 +27,11 @@ precision, the weight formats and the layout (tp, pp, attention DP, EP); those w
 It prints the median absolute percentage error of TTFT and TPOT over all those rows, before and
 after, overall and by engine: what `predict` is worth on a deployment after three benchmark runs
 of it, against the issue's targets for the shipped constants (TTFT ≤ 20 %, TPOT ≤ 12 %).
+
+With ``--accuracy FILE`` (an accuracy.json measured with the shipped constants; only with the
+settings ``calibrate fit --start`` uses) the refitted predictions of those rows become that file's
+refit error bands, at the measured lengths and at other lengths (``perf.accuracy``): the band
+``predict --params`` shows for constants refitted on a deployment's own runs.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import json
 import sys
 import time
 from collections import Counter, defaultdict
+from dataclasses import asdict
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
@@ -43,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from tokenmill.cli.calibrate_cmd import CEILING, START_ANCHOR, START_SWEEPS
+from tokenmill.perf.accuracy import Scored, fingerprint, load_accuracy, measure, scored_rows
 from tokenmill.perf.calibrate import fit
 from tokenmill.perf.calibrated import load_table, shipped_path
 from tokenmill.perf.measurements import read_measurements, row_concurrency
@@ -132,6 +139,8 @@ def one(
             "ttft_after": ape(a.ttft_ms, a.measured_ttft_ms),
             "tpot_before": ape(b.tpot_ms, b.measured_tpot_ms),
             "tpot_after": ape(a.tpot_ms, a.measured_tpot_ms),
+            # the refitted prediction as an error band scores it (perf.accuracy; None: not scored)
+            "scored": next((asdict(x) for x in scored_rows([a])), None),
         }
         for r, b, a in zip(held, before, after, strict=True)
     ]
@@ -182,9 +191,23 @@ def main() -> int:
         help=f"the highest fraction of a kernel's peak a refit may set (default {CEILING:g}, calibrate fit's; 0: none)",
     )
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--accuracy",
+        type=Path,
+        default=None,
+        help="accuracy.json (of the shipped constants) to write the refit error bands to",
+    )
     args = ap.parse_args()
     if args.points < 2 or args.shapes < 1 or not args.anchor >= 0 or args.rounds < 1 or args.sweeps < 1:
         ap.error("--points must be 2 or more, --shapes, --rounds and --sweeps 1 or more, --anchor 0 or more")
+    accuracy = None
+    if args.accuracy is not None:
+        settings = (args.points, args.shapes, args.anchor, args.free, args.rounds, args.sweeps, args.ceiling)
+        if settings != (3, 1, START_ANCHOR, "all", 2, START_SWEEPS, CEILING):
+            ap.error("--accuracy: the bands describe `calibrate fit --start`'s refit: run with the default settings")
+        accuracy = load_accuracy(args.accuracy)
+        if accuracy is None or accuracy.params_sha256 != fingerprint(shipped_path()):
+            ap.error(f"--accuracy {args.accuracy}: not measured with the shipped constants")
     rows, silicon = read_measurements(args.csv)
     if not silicon:
         ap.error("--csv needs the silicon_ttft_ms and silicon_tpot_ms columns")
@@ -258,6 +281,19 @@ def main() -> int:
             f"{summary['deployments']} deployments of the calibration file, each refitted (calibrate fit "
             f"--start shipped) on {measured} of its own: its {summary['overall']['rows']:,} other rows",
         )
+    if accuracy is not None:
+        for same in (True, False):
+            bands = measure(Scored(**row["scored"]) for row in every if row["scored"] and row["same_lengths"] == same)
+            if same:
+                accuracy.refit_same_lengths = bands
+            else:
+                accuracy.refit_other_lengths = bands
+        accuracy.meta["refit_command"] = "benchmarks/deployment_refit.py --accuracy FILE"
+        accuracy.meta["refit_rows_scored"] = {
+            "same_lengths": accuracy.refit_same_lengths["all"].rows,
+            "other_lengths": accuracy.refit_other_lengths["all"].rows,
+        }
+        accuracy.write(args.accuracy)
     if args.json:
         print(json.dumps({"summary": summary, "deployments": results}, indent=2))
         return 0

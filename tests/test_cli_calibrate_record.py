@@ -472,3 +472,54 @@ def test_a_refit_takes_its_rows_from_one_source(
     code, _, err = cli(capsys, "calibrate", "fit", *argv)
     assert code == 2 and says in err and err.count("\n") == 1, err
     assert not out.exists() and run.read_text() == before
+
+
+def test_a_prediction_with_a_deployments_refit_carries_the_refit_band_of_its_lengths(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`predict --params mine.json` of the refitted deployment: the shipped refit band
+    (accuracy.json's `refit_*_groups`, benchmarks/deployment_refit.py) of the fitted lengths or of
+    other lengths; of another GPU: no band, and a note naming the deployment it was refitted on."""
+    from tokenmill.perf.accuracy import shipped_accuracy_path
+
+    runs = [
+        write(
+            tmp_path,
+            f"c{c}.json",
+            max_concurrency=c,
+            completed=10 * c,
+            total_input_tokens=1024 * 10 * c,
+            total_output_tokens=256 * 10 * c,
+        )
+        for c in (4, 16)
+    ]
+    mine = tmp_path / "mine.json"
+    fit = ["calibrate", "fit", "--launch", VLLM, "--gpu", "h100", "--out", str(mine)]
+    code, _, err = cli(
+        capsys, *fit, *(a for r in runs for a in ("--measured", str(r))), "--rounds", "1", "--sweeps", "1"
+    )
+    assert code == 0, err
+    meta = json.loads(mine.read_text())["meta"]
+    model = "dense_gqa/64L/5120h/151936v/0e"
+    assert meta["fit_points"] == [["h100", "vllm", model, 1024, 256, 4], ["h100", "vllm", model, 1024, 256, 16]]
+    sections = json.loads(shipped_accuracy_path().read_text())
+    for isl, section, kind in (
+        (1024, "refit_same_lengths_groups", "refit-same-lengths"),
+        (4096, "refit_other_lengths_groups", "refit-other-lengths"),
+    ):
+        predict = ["predict", "--launch", VLLM, "--gpu", "h100", "--params", str(mine), "--isl", str(isl)]
+        out = cli_json(capsys, *predict, "--osl", "256", "--concurrency", "16", "--json")
+        acc = out["accuracy"]
+        assert acc is not None and acc["held_out"] and acc["held_out_of"] == kind, out["notes"]
+        assert acc["ttft_ratio_p10"] == sections[section][acc["scope"]]["ttft_ratio_p10"]
+        assert acc["tpot_ratio_p90"] == sections[section][acc["scope"]]["tpot_ratio_p90"]
+    other = ["predict", "--model", "Qwen/Qwen3-32B", "--gpu", "h200", "--gpus", "2", "--tp", "2", "--backend", "vllm"]
+    out = cli_json(capsys, *other, "--params", str(mine), "--isl", "1024", "--osl", "256", "--json")
+    assert out["accuracy"] is None
+    assert any("refitted on runs of dense_gqa on h100 under vllm" in n for n in out["notes"]), out["notes"]
+    # refitted on one run: no band (the bands measured refits of two or three)
+    code, _, err = cli(capsys, *fit, "--measured", str(runs[0]), "--rounds", "1", "--sweeps", "1")
+    assert code == 0, err
+    predict = ["predict", "--launch", VLLM, "--gpu", "h100", "--params", str(mine), "--isl", "1024", "--osl", "256"]
+    out = cli_json(capsys, *predict, "--json")
+    assert out["accuracy"] is None and any("refitted on one run" in n for n in out["notes"]), out["notes"]

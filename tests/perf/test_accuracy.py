@@ -11,6 +11,8 @@ import pytest
 from tokenmill.errors import TokenmillError
 from tokenmill.perf.accuracy import (
     MIN_ROWS,
+    REFIT_OTHER,
+    REFIT_SAME,
     AccuracyTable,
     ErrorBand,
     Scored,
@@ -136,6 +138,9 @@ def test_shipped_bands_were_measured_with_the_shipped_constants() -> None:
     b300 = sum(b.rows for k, b in table.groups.items() if k.startswith("b300/"))
     assert table.held_out_gpu["all"].rows == table.groups["all"].rows - b300
     assert not any(k.startswith("b300/") for k in table.held_out_gpu)
+    # the refit bands (benchmarks/deployment_refit.py --accuracy): 412 rows at the measured lengths
+    # and 1,701 at others, the run of docs/perf.md "The band of a deployment's own refit"
+    assert (table.refit_same_lengths["all"].rows, table.refit_other_lengths["all"].rows) == (412, 1701)
 
 
 def test_model_key_is_the_architecture_not_the_name_or_the_quantisation() -> None:
@@ -252,3 +257,68 @@ def test_log_width_measures_both_intervals_and_survives_a_zero() -> None:
     assert b.log_width() == pytest.approx(2 * math.log(4.0))
     zero = ErrorBand(**{**b.to_dict(), "ttft_ratio_p10": 0.0})
     assert math.isfinite(zero.log_width()) and zero.log_width() > b.log_width()
+
+
+def test_constants_refitted_on_a_deployments_runs_take_the_refit_band_of_their_lengths(tmp_path: Path) -> None:
+    """A refit (``meta.start_sha256`` the constants the file measured, ``meta.fit_points`` its
+    runs): the same-lengths band at a fitted ISL/OSL, the other-lengths band elsewhere, no band
+    for another GPU, engine or model (a note naming the fitted deployment), and the plain "other
+    constants" note for a refit from constants the file did not measure."""
+    shipped = tmp_path / "params.json"
+    shipped.write_text('{"global": {}}\n')
+    in_sample = measure(rows("h100", "vllm", [1.0, 1.2] * MIN_ROWS))
+    same = measure(rows("h100", "vllm", [0.9, 1.1] * MIN_ROWS))
+    other = measure(rows("h100", "vllm", [0.6, 1.7] * MIN_ROWS))
+    path = tmp_path / "acc.json"
+    AccuracyTable(
+        fingerprint(shipped), in_sample, {}, ("dense/1L",), refit_same_lengths=same, refit_other_lengths=other
+    ).write(path)
+    back = load_accuracy(path)
+    assert back is not None and back.refit_same_lengths["all"].ttft_ratio_p10 == 0.9
+    assert back.refit_other_lengths["h100/vllm"].ttft_ratio_p90 == 1.7
+    mine = tmp_path / "mine.json"
+    points = [["h100", "vllm", "dense/1L", 1024, 256, c] for c in (4, 64)]
+    meta: dict[str, object] = {"start_sha256": fingerprint(shipped), "fit_points": points}
+    mine.write_text(json.dumps({"meta": meta, "global": {"step_overhead_s": 0.002}}))
+    band, note, kind = band_for("h100", "vllm", mine, path, model="dense/1L", lengths=(1024, 256))
+    assert kind == REFIT_SAME and band is not None and (band.ttft_ratio_p10, band.ttft_ratio_p90) == (0.9, 1.1)
+    assert note.startswith("error band of a deployment refitted on its own runs, at the prompt and answer lengths")
+    band, note, kind = band_for("h100", "vllm", mine, path, model="dense/1L", lengths=(4096, 256))
+    assert kind == REFIT_OTHER and band is not None and (band.ttft_ratio_p10, band.ttft_ratio_p90) == (0.6, 1.7)
+    assert "at other lengths than it was refitted on" in note
+    for gpu, backend, model in (("h200", "vllm", "dense/1L"), ("h100", "sglang", "dense/1L"), ("h100", "vllm", "x/2L")):
+        band, note, kind = band_for(gpu, backend, mine, path, model=model, lengths=(1024, 256))
+        assert band is None and kind == "", (gpu, backend, model)
+        assert "refitted on runs of dense on h100 under vllm, and a refit's band holds for its own deployment" in note
+    # a refit on one run: no band (the bands were measured on refits of two or three)
+    meta["fit_points"] = points[:1]
+    mine.write_text(json.dumps({"meta": meta, "global": {"step_overhead_s": 0.002}}))
+    band, note, _ = band_for("h100", "vllm", mine, path, model="dense/1L", lengths=(1024, 256))
+    assert band is None and "refitted on one run of this deployment" in note
+    meta["fit_points"] = points
+    meta["start_sha256"] = "another"
+    mine.write_text(json.dumps({"meta": meta, "global": {"step_overhead_s": 0.002}}))
+    band, note, _ = band_for("h100", "vllm", mine, path, model="dense/1L", lengths=(1024, 256))
+    assert band is None and "accuracy.json was measured with other constants" in note
+    # a file without refit bands: the refit gets the "other constants" note too
+    meta["start_sha256"] = fingerprint(shipped)
+    mine.write_text(json.dumps({"meta": meta, "global": {"step_overhead_s": 0.002}}))
+    AccuracyTable(fingerprint(shipped), in_sample, {}, ("dense/1L",)).write(path)
+    band, note, _ = band_for("h100", "vllm", mine, path, model="dense/1L", lengths=(1024, 256))
+    assert band is None and "accuracy.json was measured with other constants" in note
+
+
+def test_malformed_refit_sections_name_the_field(tmp_path: Path) -> None:
+    band = measure(rows("h100", "vllm", [1.0] * 3))["all"].to_dict()
+    base = {"meta": {"params_sha256": "a"}, "groups": {"all": band}}
+    path = tmp_path / "acc.json"
+    for extra, message in (
+        ({"refit_same_lengths_groups": [1]}, "'refit_same_lengths_groups' must be an object"),
+        (
+            {"refit_other_lengths_groups": {"vllm": {**band, "rows": -1}}},
+            "refit_other_lengths_groups.vllm.rows must be a positive integer",
+        ),
+    ):
+        path.write_text(json.dumps({**base, **extra}))
+        with pytest.raises(TokenmillError, match=message):
+            load_accuracy(path)

@@ -707,6 +707,9 @@ def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixtu
     table.held_out = {"all": table.groups["all"]}
     table.held_out_gpu = {"vllm": table.groups["vllm"]}
     table.held_out_architecture = {"trtllm": table.groups["trtllm"]}
+    table.refit_same_lengths = {"sglang": table.groups["sglang"]}
+    table.refit_other_lengths = {"all": table.groups["all"]}
+    table.meta["refit_command"] = "deployment_refit"
     table.meta["held_out_command"] = "lomo"
     table.meta["held_out_gpu_command"] = "lomo --hold-out gpu"
     table.write(acc)
@@ -716,12 +719,20 @@ def test_evaluate_writes_error_bands(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert kept is not None and kept.held_out["all"] == table.groups["all"] and kept.meta["held_out_command"] == "lomo"
     assert kept.held_out_gpu == {"vllm": table.groups["vllm"]} and kept.meta["held_out_gpu_command"].endswith("gpu")
     assert kept.held_out_architecture == {"trtllm": table.groups["trtllm"]}
+    assert kept.refit_same_lengths == {"sglang": table.groups["sglang"]} and kept.meta["refit_command"]
+    assert kept.refit_other_lengths == {"all": table.groups["all"]}
     AccuracyTable(
-        "other constants", table.groups, {}, held_out={"all": table.groups["all"]}, held_out_gpu=table.held_out_gpu
+        "other constants",
+        table.groups,
+        {},
+        held_out={"all": table.groups["all"]},
+        held_out_gpu=table.held_out_gpu,
+        refit_same_lengths=table.refit_same_lengths,
     ).write(acc)
     assert cli(capsys, *rerun)[0] == 0
     dropped = load_accuracy(acc)
     assert dropped is not None and dropped.held_out == {} and dropped.held_out_gpu == {}
+    assert dropped.refit_same_lengths == {}
     preds = {r["id"]: r for r in csv.DictReader((tmp_path / "p.csv").open())}
     ape = abs(float(preds["llama8"]["predicted_ttft_ms"]) / 60.0 - 1.0)
     assert table.groups["h100/vllm"].ttft_median_ape == pytest.approx(ape, abs=6e-5)  # 4 decimals in the file

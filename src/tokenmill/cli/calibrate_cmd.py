@@ -419,7 +419,9 @@ def _accuracy_table(
         table.held_out = previous.held_out
         table.held_out_gpu = previous.held_out_gpu
         table.held_out_architecture = previous.held_out_architecture
-        meta.update({k: v for k, v in previous.meta.items() if k.startswith("held_out_")})
+        table.refit_same_lengths = previous.refit_same_lengths
+        table.refit_other_lengths = previous.refit_other_lengths
+        meta.update({k: v for k, v in previous.meta.items() if k.startswith(("held_out_", "refit_"))})
     return table
 
 
@@ -567,6 +569,7 @@ def fit(
     json_out: JsonOpt = False,
 ) -> None:
     """Fit the constants per GPU kind and engine to the measured rows; write them as JSON."""
+    from tokenmill.perf.accuracy import fingerprint, refit_points
     from tokenmill.perf.calibrate import fit as run
     from tokenmill.perf.calibrated import ParamTable, load_table, shipped_path
     from tokenmill.perf.measurements import read_measurements
@@ -649,6 +652,11 @@ def fit(
         fitted.backends |= {b: v for b, v in table.backends.items() if b not in fitted.backends}
         if kept:
             fitted.meta["kept_from_start"] = kept
+        # what a prediction with these constants is matched against for its error band
+        # (perf.accuracy.band_for: the refit bands were measured from the constants of that SHA-256)
+        fitted_ids = {p.id for p in report.start_predictions if p.predicted}
+        fitted.meta["start_sha256"] = fingerprint(start)
+        fitted.meta["fit_points"] = refit_points([r for r in rows if r.get("id") in fitted_ids], models_dir)
     fitted.meta.update({"command": shlex.join(argv), "measurements_rows": len(rows)})
     target = out if out is not None else shipped_path()
     try:

@@ -198,7 +198,7 @@ def predict(
         band_note = "no error band: it measures the fitted constants, and --set changed them"
     else:
         band, band_note, held_out = band_for(
-            plan.gpu.name, b, params_file or shipped_path(), model=model_key(plan.model)
+            plan.gpu.name, b, params_file or shipped_path(), model=model_key(plan.model), lengths=(isl, osl)
         )
 
     def point(
@@ -227,7 +227,9 @@ def predict(
             out["accuracy"] = {
                 **band.to_dict(),
                 "held_out": bool(held_out),
-                "held_out_of": held_out or None,  # "model", "gpu" or "architecture": what the fit did not see
+                # "model", "gpu" or "architecture": what the fit did not see; "refit-same-lengths" or
+                # "refit-other-lengths": rows of a refitted deployment that its refit did not see
+                "held_out_of": held_out or None,
                 "ttft_ms_range_80": [round(x, 3) for x in band.interval("ttft", pred.ttft_ms)],
                 "tpot_ms_range_80": None
                 if out["tpot_ms"] is None

@@ -32,6 +32,16 @@ both written by
 not among the scored ones takes the band of its case; where neither its GPU nor its model was
 scored, the wider of its GPU's and its model's held-out bands (neither was measured on rows new
 in both ways), and the note says both are new.
+
+Constants refitted on a deployment's own runs (``calibrate fit --start``) are other constants than
+the band measured, and they describe one deployment. So the file can also hold the bands of such
+refits (``refit_same_lengths_groups`` and ``refit_other_lengths_groups``, written by
+``benchmarks/deployment_refit.py --accuracy``): every calibration deployment refitted from the
+shipped constants on three of its runs and its other rows predicted, at the lengths of those runs
+and at other lengths. A refit records the constants it started from and the points it was fitted
+on (``params.json``'s ``meta.start_sha256`` and ``meta.fit_points``); a prediction with it, of a
+deployment it was fitted on (GPU, engine and model) and from the constants the bands measured,
+takes the refit band of its lengths.
 """
 
 from __future__ import annotations
@@ -54,6 +64,20 @@ MIN_ROWS = 20
 #: ... and of this many models.
 MIN_MODELS = 2
 ALL = "all"
+#: The band kinds of a refit on a deployment's own runs (``AccuracyTable.held_out_groups``): its
+#: other rows at the lengths it was refitted on, and at other lengths.
+REFIT_SAME, REFIT_OTHER = "refit-same-lengths", "refit-other-lengths"
+#: The fewest runs a deployment's refit was measured on (benchmarks/deployment_refit.py refits
+#: each deployment on three, or two where it ran two concurrencies): a refit on fewer gets no band.
+MIN_REFIT_POINTS = 2
+#: The file's sections of each kind of band beyond the calibration rows' own ``groups``.
+SECTIONS = {
+    "model": "held_out_groups",
+    "gpu": "held_out_gpu_groups",
+    "architecture": "held_out_architecture_groups",
+    REFIT_SAME: "refit_same_lengths_groups",
+    REFIT_OTHER: "refit_other_lengths_groups",
+}
 
 
 @dataclass(frozen=True)
@@ -172,6 +196,21 @@ def measure(rows: Iterable[Scored]) -> dict[str, ErrorBand]:
     return {k: _band(k, v) for k, v in sorted(groups.items())}
 
 
+def refit_points(rows: Iterable[dict[str, str]], models_dir: Path | str) -> list[list[Any]]:
+    """The points a refit was fitted on, as a prediction is matched to them (``band_for``): [GPU,
+    engine, model (``model_key``), ISL, OSL, concurrency], each once, sorted."""
+    from tokenmill.hardware import load_gpu
+    from tokenmill.perf.measurements import RowSpec, interpret, model_for_row
+
+    points: set[tuple[str, str, str, int, int, int]] = set()
+    for row in rows:
+        it = interpret(row, models_dir)
+        if isinstance(it, RowSpec):
+            model = model_key(model_for_row(str(it.config_path), it.gemm_mode, it.moe_mode))
+            points.add((load_gpu(it.system).name, it.backend, model, it.isl, it.osl, it.concurrency))
+    return [list(point) for point in sorted(points)]
+
+
 def fingerprint(path: Path | str) -> str:
     """SHA-256 of a constants file: which constants a band was measured with."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -190,6 +229,10 @@ class AccuracyTable:
     held_out_gpu: dict[str, ErrorBand] = field(default_factory=dict)
     #: ... each GPU by constants refitted without its architecture (the other GPUs' medians)
     held_out_architecture: dict[str, ErrorBand] = field(default_factory=dict)
+    #: each calibration deployment's other rows by constants refitted on three of its runs
+    #: (``calibrate fit --start``), at the lengths of those runs and at other lengths
+    refit_same_lengths: dict[str, ErrorBand] = field(default_factory=dict)
+    refit_other_lengths: dict[str, ErrorBand] = field(default_factory=dict)
 
     @property
     def gpus(self) -> set[str]:
@@ -197,13 +240,15 @@ class AccuracyTable:
         return {k.split("/", 1)[0] for k in self.groups if "/" in k}
 
     def held_out_groups(self, held_out: str) -> dict[str, ErrorBand]:
-        """The groups of a kind of held-out prediction ("model", "gpu", "architecture"), or the
-        calibration rows' ("")."""
+        """The groups of a kind of held-out prediction ("model", "gpu", "architecture", or a
+        deployment's refit: ``REFIT_SAME``, ``REFIT_OTHER``), or the calibration rows' ("")."""
         by_kind = {
             "": self.groups,
             "model": self.held_out,
             "gpu": self.held_out_gpu,
             "architecture": self.held_out_architecture,
+            REFIT_SAME: self.refit_same_lengths,
+            REFIT_OTHER: self.refit_other_lengths,
         }
         return by_kind[held_out]
 
@@ -224,11 +269,8 @@ class AccuracyTable:
         }
         if self.models:
             out["models"] = sorted(self.models)
-        for name, groups in (
-            ("held_out_groups", self.held_out),
-            ("held_out_gpu_groups", self.held_out_gpu),
-            ("held_out_architecture_groups", self.held_out_architecture),
-        ):
+        for kind, name in SECTIONS.items():
+            groups = self.held_out_groups(kind)
             if groups:
                 out[name] = {k: v.to_dict() for k, v in groups.items()}
         return out
@@ -296,7 +338,7 @@ def load_accuracy(path: Path | str | None = None) -> AccuracyTable | None:
     if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
         raise TokenmillError(f"{p}: 'models' must be a list of strings (the scored models' architectures)")
     held: list[dict[str, ErrorBand]] = []
-    for section in ("held_out_groups", "held_out_gpu_groups", "held_out_architecture_groups"):
+    for section in SECTIONS.values():
         obj = data.get(section, {})
         if not isinstance(obj, dict):
             raise TokenmillError(f"{p}: '{section}' must be an object")
@@ -322,14 +364,19 @@ def band_for(
     params_path: Path | str,
     path: Path | str | None = None,
     model: str | None = None,
+    lengths: tuple[int, int] | None = None,
 ) -> BandChoice:
     """The band a prediction with the constants at ``params_path`` carries, and a note on where it
     comes from (or why there is none). ``model`` (a ``model_key``) not among the scored models
-    takes the held-out band where the file has one."""
+    takes the held-out band where the file has one. Constants refitted on a deployment's runs take
+    the refit band of ``lengths`` (ISL, OSL) where they apply (``_refit_band``)."""
     table = load_accuracy(path)
     if table is None:
         return BandChoice(None, "no accuracy measured for these constants (no accuracy.json shipped)")
     if not Path(params_path).exists() or fingerprint(params_path) != table.params_sha256:
+        refit = _refit_band(table, params_path, gpu, backend, model, lengths)
+        if refit is not None:
+            return refit
         return BandChoice(
             None,
             "no accuracy measured for these constants (accuracy.json was measured with other constants; "
@@ -398,3 +445,61 @@ def band_for(
     if unseen:
         note += "; this model is not among them, and a model held out of the fit misses by more (docs/perf.md §5)"
     return BandChoice(b, note)
+
+
+def _refit_band(
+    table: AccuracyTable,
+    params_path: Path | str,
+    gpu: str,
+    backend: str,
+    model: str | None,
+    lengths: tuple[int, int] | None,
+) -> BandChoice | None:
+    """For constants refitted on a deployment's own runs from the constants ``table`` measured
+    (``meta.start_sha256``), of the deployment being predicted (GPU, engine and model among
+    ``meta.fit_points``, at ``MIN_REFIT_POINTS`` points or more): the band of a refit's other rows
+    at the lengths it was fitted on, or at other lengths. A refit of another deployment, or on one
+    run, gets no band and a note that says so; constants that are no such refit, None."""
+    from tokenmill.perf.calibrated import load_table
+
+    if not table.refit_same_lengths or not Path(params_path).exists():
+        return None
+    meta = load_table(params_path).meta
+    if meta.get("start_sha256") != table.params_sha256:
+        return None
+    points = meta.get("fit_points")
+    if not isinstance(points, list) or not points:
+        return None
+    points = [pt for pt in points if isinstance(pt, list) and len(pt) == 6 and isinstance(pt[2], str)]
+    here = [pt for pt in points if pt[:3] == [gpu, backend, model]]
+    if not here:
+        fitted = sorted({f"{pt[2].split('/')[0]} on {pt[0]} under {pt[1]}" for pt in points})
+        return BandChoice(
+            None,
+            "no accuracy measured for these constants: they were refitted on runs of "
+            f"{'; '.join(fitted)}, and a refit's band holds for its own deployment",
+        )
+    if len(here) < MIN_REFIT_POINTS:
+        return BandChoice(
+            None,
+            f"no accuracy measured for these constants: they were refitted on one run of this deployment, and "
+            f"the refit bands were measured on refits of {MIN_REFIT_POINTS} or 3 (benchmarks/deployment_refit.py)",
+        )
+    same = lengths is not None and any(tuple(pt[3:5]) == tuple(lengths) for pt in here)
+    kind = REFIT_SAME if same else REFIT_OTHER
+    b = table.band(gpu, backend, kind)
+    if b is None:
+        return None
+    where = (
+        "this GPU under this engine"
+        if b.scope == group_key(gpu, backend)
+        else ("this engine's" if b.scope == backend else "all engines'")
+    )
+    at = "at the prompt and answer lengths it was refitted on" if same else "at other lengths than it was refitted on"
+    return BandChoice(
+        b,
+        f"error band of a deployment refitted on its own runs, {at} ({b.rows} rows of {b.scope}, {b.models} "
+        f"models; {where}): how far each calibration deployment's other rows landed when predicted by "
+        "constants refitted from the shipped ones on three of its runs (benchmarks/deployment_refit.py)",
+        kind,
+    )
