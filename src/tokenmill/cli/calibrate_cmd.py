@@ -468,6 +468,12 @@ def _print_in_sample(result: dict[str, Any], origin: str) -> None:
     print_table(Console(), t)
 
 
+def _loss(x: float) -> str:
+    """A fit's loss as printed: a tenth for the whole file's (1,570.0), four figures for a few rows'
+    (0.6541, which one decimal would print as 0.7 → 0.7)."""
+    return f"{x:,.1f}" if x >= 100 else f"{x:.4g}"
+
+
 def _fit_source(
     measurements: Path | None, launch: str | None, gpu: str | None, measured: list[Path] | None, version: str
 ) -> tuple[list[str], list[tuple[str, Path]]]:
@@ -630,6 +636,7 @@ def fit(
             anchor=pull,
             score=True,
             ceiling=cap,
+            each_sweep=start is None,  # from --start: a few rows, many quick sweeps; a line a round
         )
     argv = ["tokenmill", "calibrate", "fit", *source[0], "--models-dir", str(models_dir)]
     if max_rows is not None:
@@ -678,8 +685,8 @@ def fit(
         print(json.dumps({"out": str(target), **fitted.to_json(), **extra, "log": msgs}, indent=2))
         return
     print(
-        f"fitted {report.rows} row{'s' if report.rows != 1 else ''}: loss {report.loss_before:.1f} → "
-        f"{report.loss_after:.1f} in the last of {rounds} rounds; wrote {target}"
+        f"fitted {report.rows} row{'s' if report.rows != 1 else ''}: loss {_loss(report.loss_before)} → "
+        f"{_loss(report.loss_after)} in the last of {rounds} rounds; wrote {target}"
     )
     if start is not None:  # what the rows say their deployment differs in
         print(f"moved from --start by 5 % or more: {len(moved)}" + (", the largest:" if moved else ""))

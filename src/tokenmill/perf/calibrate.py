@@ -684,6 +684,7 @@ def fit(
     anchor: float = 0.0,
     score: bool = False,
     ceiling: float | None = None,
+    each_sweep: bool = True,
 ) -> tuple[ParamTable, FitReport, FitData]:
     """Replay (recording) and fit, ``rounds`` times. Only fully specified rows with measurements.
     ``fixed``: constants held at the start table's values (``fit_constants``); ``anchor`` > 0:
@@ -694,6 +695,8 @@ def fit(
     (the start constants') in the report (``FitReport.start_predictions``, ``fitted_predictions``).
     ``ceiling``: no GEMM or attention kernel of the rows above that fraction of its peak
     (``fit_constants``; None: no limit, as before ``calibrate fit --ceiling``).
+    ``each_sweep``: log every sweep's loss (a fit of the whole file, each sweep minutes), or
+    only each round's first and last (a few rows, forty sweeps in seconds).
     ``versions``: also fit engine constants per engine version (``collect``); off by default,
     because in the calibration file most versions ran one model's campaign, so their constants
     learn that campaign rather than the release (docs/perf.md §5 shows what that does to a model
@@ -713,9 +716,12 @@ def fit(
         data = collect(preds, versions=versions)
         if log:
             log(f"round {rnd + 1}: {len(data.ids)} rows replayed, {len(data.row)} recorded steps")
+        sweep_log = log if each_sweep else None
         table, report = fit_constants(
-            data, table, sweeps=sweeps, fixed=fixed, log=log, anchor=anchor, origin=origin, ceiling=ceiling
+            data, table, sweeps=sweeps, fixed=fixed, log=sweep_log, anchor=anchor, origin=origin, ceiling=ceiling
         )
+        if log and not each_sweep:
+            log(f"round {rnd + 1}: {sweeps} sweeps, loss {report.loss_before:.4g} → {report.loss_after:.4g}")
     assert report is not None and data is not None
     if score:
         report.start_predictions = first
