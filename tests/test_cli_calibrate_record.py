@@ -37,6 +37,12 @@ def write(tmp_path: Path, name: str, **change: Any) -> Path:
     return path
 
 
+def sweep_run(tmp_path: Path, lanes: int, **change: Any) -> Path:
+    """``c{lanes}.json``: one run of a sweep over concurrency at 1,024/256 tokens, ten requests a lane."""
+    totals = {"completed": 10 * lanes, "total_input_tokens": 1024 * 10 * lanes, "total_output_tokens": 256 * 10 * lanes}
+    return write(tmp_path, f"c{lanes}.json", max_concurrency=lanes, **totals, **change)
+
+
 def rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as f:
         return list(csv.DictReader(f))
@@ -406,17 +412,7 @@ def test_a_refit_from_the_launch_command_and_result_files_is_the_refit_of_their_
     from tokenmill.perf.calibrated import load_table, shipped_path
 
     files = [
-        write(
-            tmp_path,
-            f"c{c}.json",
-            max_concurrency=c,
-            completed=10 * c,
-            total_input_tokens=1024 * 10 * c,
-            total_output_tokens=256 * 10 * c,
-            mean_ttft_ms=t,
-            mean_tpot_ms=p,
-        )
-        for c, t, p in ((4, 120.0, 14.0), (16, 260.0, 19.0))
+        sweep_run(tmp_path, c, mean_ttft_ms=t, mean_tpot_ms=p) for c, t, p in ((4, 120.0, 14.0), (16, 260.0, 19.0))
     ]
     measured = [a for f in files for a in ("--measured", str(f))]
     mine = tmp_path / "mine.csv"
@@ -486,17 +482,7 @@ def test_a_prediction_with_a_deployments_refit_carries_the_refit_band_of_its_len
     other lengths; of another GPU: no band, and a note naming the deployment it was refitted on."""
     from tokenmill.perf.accuracy import shipped_accuracy_path
 
-    runs = [
-        write(
-            tmp_path,
-            f"c{c}.json",
-            max_concurrency=c,
-            completed=10 * c,
-            total_input_tokens=1024 * 10 * c,
-            total_output_tokens=256 * 10 * c,
-        )
-        for c in (4, 16)
-    ]
+    runs = [sweep_run(tmp_path, c) for c in (4, 16)]
     mine = tmp_path / "mine.json"
     fit = ["calibrate", "fit", "--launch", VLLM, "--gpu", "h100", "--out", str(mine)]
     code, _, err = cli(

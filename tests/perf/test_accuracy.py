@@ -235,7 +235,7 @@ def test_a_gpu_outside_the_calibration_file_takes_the_band_of_gpus_held_out_like
     assert held_out == "model" and "h200 is not in the calibration file either, and a GPU held out" in note
 
 
-def test_malformed_gpu_held_out_sections_name_the_field(tmp_path: Path) -> None:
+def test_malformed_gpu_held_out_and_refit_sections_name_the_field(tmp_path: Path) -> None:
     band = measure(rows("h100", "vllm", [1.0] * 3))["all"].to_dict()
     base = {"meta": {"params_sha256": "a"}, "groups": {"all": band}}
     path = tmp_path / "acc.json"
@@ -244,6 +244,11 @@ def test_malformed_gpu_held_out_sections_name_the_field(tmp_path: Path) -> None:
         (
             {"held_out_architecture_groups": {"all": {**band, "models": 0}}},
             "held_out_architecture_groups.all.models must be a positive integer",
+        ),
+        ({"refit_same_lengths_groups": [1]}, "'refit_same_lengths_groups' must be an object"),
+        (
+            {"refit_other_lengths_groups": {"vllm": {**band, "rows": -1}}},
+            "refit_other_lengths_groups.vllm.rows must be a positive integer",
         ),
     ):
         path.write_text(json.dumps({**base, **extra}))
@@ -306,19 +311,3 @@ def test_constants_refitted_on_a_deployments_runs_take_the_refit_band_of_their_l
     AccuracyTable(fingerprint(shipped), in_sample, {}, ("dense/1L",)).write(path)
     band, note, _ = band_for("h100", "vllm", mine, path, model="dense/1L", lengths=(1024, 256))
     assert band is None and "accuracy.json was measured with other constants" in note
-
-
-def test_malformed_refit_sections_name_the_field(tmp_path: Path) -> None:
-    band = measure(rows("h100", "vllm", [1.0] * 3))["all"].to_dict()
-    base = {"meta": {"params_sha256": "a"}, "groups": {"all": band}}
-    path = tmp_path / "acc.json"
-    for extra, message in (
-        ({"refit_same_lengths_groups": [1]}, "'refit_same_lengths_groups' must be an object"),
-        (
-            {"refit_other_lengths_groups": {"vllm": {**band, "rows": -1}}},
-            "refit_other_lengths_groups.vllm.rows must be a positive integer",
-        ),
-    ):
-        path.write_text(json.dumps({**base, **extra}))
-        with pytest.raises(TokenmillError, match=message):
-            load_accuracy(path)
