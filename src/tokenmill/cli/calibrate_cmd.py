@@ -468,6 +468,11 @@ def _print_in_sample(result: dict[str, Any], origin: str) -> None:
     print_table(Console(), t)
 
 
+def _low(text: str) -> str:
+    """``calibrate record``'s help of a flag, following ``calibrate fit``'s "With --launch, "."""
+    return text[:1].lower() + text[1:]
+
+
 def _loss(x: float) -> str:
     """A fit's loss as printed: a tenth for the whole file's (1,570.0), four figures for a few rows'
     (0.6541, which one decimal would print as 0.7 → 0.7)."""
@@ -519,10 +524,16 @@ def fit(
             show_default=False,
         ),
     ] = None,
-    launch: Annotated[str | None, typer.Option("--launch", help=f"Instead of --measurements: {LAUNCH_HELP}")] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help=f"With --launch: {GPU_HELP}")] = None,
-    measured: Annotated[list[Path] | None, typer.Option("--measured", help=f"With --launch: {MEASURED_HELP}")] = None,
-    backend_version: Annotated[str, typer.Option("--backend-version", help=f"With --launch: {VERSION_HELP}")] = "",
+    launch: Annotated[
+        str | None, typer.Option("--launch", help=f"Instead of --measurements, {_low(LAUNCH_HELP)}")
+    ] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help=f"With --launch, {_low(GPU_HELP)}")] = None,
+    measured: Annotated[
+        list[Path] | None, typer.Option("--measured", help=f"With --launch, {_low(MEASURED_HELP)}")
+    ] = None,
+    backend_version: Annotated[
+        str, typer.Option("--backend-version", help=f"With --launch, {_low(VERSION_HELP)}")
+    ] = "",
     models_dir: ModelsDirOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Where to write the constants (default: the shipped params.json).")
