@@ -449,6 +449,30 @@ def test_a_ceiling_keeps_a_refits_kernels_under_their_peak() -> None:
     assert fastest(0.95) <= 0.95 + 1e-9
 
 
+def test_a_ceiling_keeps_a_refits_weight_stream_under_it() -> None:
+    """Rows that decode faster than the weights could stream at the constants' bound (0.98 of
+    HBM bandwidth): a refit takes the bound; with a ``ceiling`` the bandwidth stays under it."""
+    rows = [
+        row(
+            id=f"r{c}",
+            silicon_data_source=f"s; silicon_concurrency={c}",
+            isl="256",
+            osl="512",
+            silicon_ttft_ms="30",
+            silicon_tpot_ms=tpot,
+        )
+        for c, tpot in ((1, "1.5"), (4, "1.6"))
+    ]
+    start = load_table()
+
+    def bandwidth(ceiling: float | None) -> float:
+        table, _, _ = fit(rows, MODELS, start, rounds=1, sweeps=3, anchor=0.0001, ceiling=ceiling)
+        return table.resolve("h100", "vllm")[0].weight_bandwidth_efficiency
+
+    assert bandwidth(None) == pytest.approx(BOUNDS["weight_bandwidth_efficiency"][1], rel=1e-3)
+    assert bandwidth(0.9) <= 0.9 + 1e-9
+
+
 def test_the_fastest_kernel_is_a_gemm_at_its_ratio_where_the_step_runs_it() -> None:
     p = PerfParams(
         matmul_efficiency=0.8,

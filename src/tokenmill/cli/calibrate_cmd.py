@@ -578,8 +578,8 @@ def fit(
         typer.Option(
             "--ceiling",
             help="The highest fraction of its peak a GEMM or attention kernel of the rows may reach "
-            f"(efficiency × engine scale × 8- or 4-bit ratio; default {CEILING:g} with --start, else none; "
-            "0: none).",
+            "(efficiency × engine scale × 8- or 4-bit ratio), and a memory stream of its peak bandwidth "
+            f"(default {CEILING:g} with --start, else none; 0: none).",
             show_default=False,
         ),
     ] = None,

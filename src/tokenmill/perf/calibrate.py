@@ -398,6 +398,20 @@ COMPUTE_KEYS = frozenset(
 )
 
 
+#: The constants that are a stream's fraction of its peak bandwidth on their own (no engine scale
+#: multiplies them): with a ``ceiling`` their upper bound is the ceiling. A few rows of one
+#: deployment otherwise stream weights at the 0.98 bound, above the 0.88 a device copy reaches on
+#: an H200 (docs/perf.md, "The fitted constants against one H200's kernels").
+BANDWIDTH_KEYS = frozenset(
+    (
+        "weight_bandwidth_efficiency",
+        "cache_bandwidth_efficiency",
+        "collective_bandwidth_efficiency",
+        "network_bandwidth_efficiency",
+    )
+)
+
+
 def peak_fraction(p: Any, uses8: Any = False, uses4: Any = False) -> Any:
     """The fraction of its dtype's peak the fastest kernel runs at under constants ``p`` (as
     ``roofline.combine`` composes them, at large M): a GEMM at its efficiency × the engine's compute scale ×
@@ -467,9 +481,12 @@ class _Coordinate:
         """``pooled``: the other GPUs whose geometric mean pulls this per-GPU constant
         (``POOL_WEIGHT``); none for the rest. ``pull_weight``: the pull towards ``log_prior`` per
         row (default ``PRIOR_WEIGHTS``). ``ceiling``: a compute constant's value that puts a kernel
-        of these rows above this fraction of its peak is refused (``COMPUTE_KEYS``)."""
+        of these rows above this fraction of its peak is refused (``COMPUTE_KEYS``), and a
+        bandwidth fraction stays under it (``BANDWIDTH_KEYS``)."""
         self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
         self.ceiling = ceiling if key in COMPUTE_KEYS else None
+        lo, hi = BOUNDS[key]
+        self.bounds = (lo, min(hi, ceiling)) if ceiling is not None and key in BANDWIDTH_KEYS else (lo, hi)
         if self.ceiling is not None:
             # a kernel's rate depends on the step's GPU, engine and version and on whether it runs
             # 8- or 4-bit GEMMs: one step of each such kind stands for all of them
@@ -531,7 +548,7 @@ class _Coordinate:
     def update(self, sweep: int) -> None:
         """A 7-point grid around the current value (narrowing with the sweeps), then golden-section
         search inside the best bracket; keep the current value unless the objective improves."""
-        lo_b, hi_b = BOUNDS[self.key]
+        lo_b, hi_b = self.bounds
         x0 = min(max(self.get(), lo_b), hi_b)
         f0 = self.objective(math.log(x0))
         lo, hi = math.log(lo_b), math.log(hi_b)
