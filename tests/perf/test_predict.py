@@ -195,3 +195,15 @@ def test_disaggregated_prefill_is_the_prefill_workers() -> None:
     assert dis.prefill is not None and dis.prefill["breakdown"]["collectives"] == 0
     assert dis.decode_step["breakdown"]["collectives"] > 0
     assert dis.prefill == prefill_breakdown(PLAN, PARAMS, "sglang", 2000)
+
+
+@pytest.mark.parametrize(("backend", "isl", "osl", "lanes"), [("sglang", 8192, 1024, 64), ("vllm", 1024, 256, 32)])
+def test_the_throughput_is_littles_law_on_the_printed_means(backend: str, isl: int, osl: int, lanes: int) -> None:
+    """A closed loop of C lanes, each request asking OSL tokens: C requests in flight, each taking
+    TTFT + (OSL − 1) × TPOT on the printed means, so C / that requests a second. (The replay's own
+    mean latency counts its first wave's staggered, shorter answers, and gave more.)"""
+    p = predict(PLAN, backend, isl, osl, lanes, PARAMS)
+    latency_s = (p.ttft_ms + (osl - 1) * p.tpot_ms) / 1e3
+    assert p.requests_per_s == pytest.approx(lanes / latency_s, rel=1e-9)
+    assert p.output_throughput_per_gpu == pytest.approx(lanes * osl / latency_s / PLAN.gpus, rel=1e-9)
+    assert p.e2e_ms == pytest.approx(latency_s * 1e3, rel=1e-9)
