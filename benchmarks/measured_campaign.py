@@ -2,7 +2,7 @@
 --measured …`` (docs/perf.md, "Your own deployment against the model").
 
 Run: ``.venv/bin/python benchmarks/measured_campaign.py [--pattern ID_GLOB] [--launch CMD] [--gpu G]
-[--figure docs/figures/measured-dsr1-h200-sglang] [--json]`` (a few seconds).
+[--refit N] [--figure docs/figures/measured-dsr1-h200-sglang] [--json]`` (a few seconds).
 
 Each calibration row of the campaign (default: SGLang 0.5.9 serving DeepSeek-R1 FP8 with TP8 on
 H200, 8,192/1,024 tokens at 4 to 64 lanes) is written as the result line SGLang's bench_serving
@@ -11,6 +11,10 @@ the calibration file does not record, from the closed loop's Little's law: lanes
 (OSL − 1) × TPOT)), and the files are handed to ``tokenmill predict`` with the launch command
 that deployment would have been started with (the calibration reading's memory share, FP8 cache
 and no prefix cache). The measured points go on the predicted curve's figure (PNG and SVG).
+
+With ``--refit N`` the user goes one step further: ``tokenmill calibrate fit --launch … --measured
+…`` on N of the points (the lowest, highest and evenly between in lanes), then ``predict --params``
+with the refitted constants against every point, with the error band of a deployment's own refit.
 """
 
 from __future__ import annotations
@@ -63,20 +67,40 @@ def main() -> int:
     ap.add_argument("--backend-version", default="0.5.9")
     ap.add_argument("--figure", type=Path, default=None, help="OUT: writes OUT.png and OUT.svg")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--refit", type=int, default=0, help="refit on N of the points first (calibrate fit --launch)")
     args = ap.parse_args()
+    if args.refit == 1 or args.refit < 0:
+        ap.error("--refit needs 2 points or more (or 0: none)")
     with args.csv.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if fnmatch.fnmatchcase(r["id"], args.pattern)]
     if not rows:
         print(f"no row of {args.csv} matches {args.pattern!r}", file=sys.stderr)
         return 2
+    rows.sort(key=lambda r: int(result_line(r)["max_concurrency"]))  # type: ignore[call-overload]
     with tempfile.TemporaryDirectory() as tmp:
         measured: list[str] = []
         for row in rows:
             path = Path(tmp) / f"{row['id']}.json"
             path.write_text(json.dumps(result_line(row)))
             measured += ["--measured", str(path)]
-        cmd = [sys.executable, "-m", "tokenmill.cli", "predict", "--gpu", args.gpu, "--launch", args.launch]
-        cmd += ["--backend-version", args.backend_version, *measured]
+        deployment = ["--gpu", args.gpu, "--launch", args.launch, "--backend-version", args.backend_version]
+        cmd = [sys.executable, "-m", "tokenmill.cli", "predict", *deployment, *measured]
+        if args.refit:
+            n = min(args.refit, len(rows))
+            picks = sorted({round(i * (len(rows) - 1) / (n - 1)) for i in range(n)})
+            fit_on = [a for i in picks for a in measured[2 * i : 2 * i + 2]]
+            mine = str(Path(tmp) / "mine.json")
+            fit = [sys.executable, "-m", "tokenmill.cli", "calibrate", "fit", *deployment, *fit_on, "--out", mine]
+            if args.json:
+                fit.append("--json")
+            fitted = subprocess.run(fit, capture_output=True, text=True, check=False)
+            if not args.json:
+                print(f"$ tokenmill calibrate fit … on {len(picks)} of the {len(rows)} points")
+                print(fitted.stdout.replace(tmp + "/", ""), end="")
+            if fitted.returncode:
+                print(fitted.stderr.replace(tmp + "/", ""), end="", file=sys.stderr)
+                return fitted.returncode
+            cmd += ["--params", mine]
         if args.figure is not None:
             cmd += ["--figure", f"{args.figure}.png", "--figure", f"{args.figure}.svg"]
         if args.json:
