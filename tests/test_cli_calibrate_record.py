@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -485,10 +486,17 @@ def test_a_prediction_with_a_deployments_refit_carries_the_refit_band_of_its_len
     runs = [sweep_run(tmp_path, c) for c in (4, 16)]
     mine = tmp_path / "mine.json"
     fit = ["calibrate", "fit", "--launch", VLLM, "--gpu", "h100", "--out", str(mine)]
-    code, _, err = cli(
+    code, printed, err = cli(
         capsys, *fit, *(a for r in runs for a in ("--measured", str(r))), "--rounds", "1", "--sweeps", "1"
     )
     assert code == 0, err
+    # the command it prints to predict with the refit: the runs' lengths at their concurrencies
+    suggested = shlex.split(printed.split("predict with it: ", 1)[1].splitlines()[0])
+    assert suggested[:2] == ["tokenmill", "predict"] and suggested[-6:] == [
+        *("--isl", "1024", "--osl", "256", "--concurrency", "4,16")
+    ]
+    out = cli_json(capsys, *suggested[1:], "--json")
+    assert [p["accuracy"]["held_out_of"] for p in out["points"]] == ["refit-same-lengths"] * 2
     meta = json.loads(mine.read_text())["meta"]
     model = "dense_gqa/64L/5120h/151936v/0e"
     assert meta["fit_points"] == [["h100", "vllm", model, 1024, 256, 4], ["h100", "vllm", model, 1024, 256, 16]]

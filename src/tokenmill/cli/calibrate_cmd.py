@@ -479,6 +479,23 @@ def _loss(x: float) -> str:
     return f"{x:,.1f}" if x >= 100 else f"{x:.4g}"
 
 
+def _predict_command(launch: str, gpu: str | None, version: str, params: Path, rows: list[dict[str, str]]) -> str:
+    """The ``tokenmill predict`` command of a deployment refitted from ``--launch``: its constants,
+    at the fitted runs' commonest lengths and their concurrencies (a curve to read against them)."""
+    from collections import Counter
+
+    from tokenmill.perf.measurements import row_concurrency
+
+    lengths = Counter((r["isl"], r["osl"]) for r in rows)
+    isl, osl = max(lengths, key=lambda k: (lengths[k], -int(k[0])))
+    lanes = sorted({int(row_concurrency(r) or 0) for r in rows if (r["isl"], r["osl"]) == (isl, osl)})
+    argv = ["tokenmill", "predict", "--launch", launch, "--gpu", str(gpu), "--params", str(params)]
+    if version.strip():
+        argv += ["--backend-version", version.strip()]
+    argv += ["--isl", isl, "--osl", osl, "--concurrency", ",".join(str(c) for c in lanes if c)]
+    return shlex.join(argv)
+
+
 def _fit_source(
     measurements: Path | None, launch: str | None, gpu: str | None, measured: list[Path] | None, version: str
 ) -> tuple[list[str], list[tuple[str, Path]]]:
@@ -704,6 +721,8 @@ def fit(
         for key, a, b in moved[:MOVED_SHOWN]:
             print(f"  {key} {a:.4g} → {b:.4g} (× {b / a:.2f})")
     _print_in_sample(in_sample, "--start" if start is not None else "the priors")
+    if launch is not None:
+        print(f"predict with it: {_predict_command(launch, gpu, backend_version, target, rows)}")
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if out is None:
