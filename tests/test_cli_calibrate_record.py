@@ -521,3 +521,16 @@ def test_a_prediction_with_a_deployments_refit_carries_the_refit_band_of_its_len
     predict = ["predict", "--launch", VLLM, "--gpu", "h100", "--params", str(mine), "--isl", "1024", "--osl", "256"]
     out = cli_json(capsys, *predict, "--json")
     assert out["accuracy"] is None and any("refitted on one run" in n for n in out["notes"]), out["notes"]
+
+
+def test_a_refit_of_a_model_without_a_config_says_why_nothing_was_fitted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """No row replays (no config for the launch's model among the presets): one line that says
+    so, with the rows' reason, and nothing written."""
+    mine = tmp_path / "mine.json"
+    launch = "vllm serve acme/Unknown-7B --tensor-parallel-size 2"
+    runs = [a for c in (4, 16) for a in ("--measured", str(sweep_run(tmp_path, c)))]
+    code, _, err = cli(capsys, "calibrate", "fit", "--launch", launch, "--gpu", "h100", *runs, "--out", str(mine))
+    assert code == 2 and err.count("\n") == 1 and not mine.exists(), err
+    assert "nothing to fit (2 × no config for model_path 'acme/Unknown-7B'" in err

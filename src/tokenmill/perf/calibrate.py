@@ -177,9 +177,11 @@ def collect(preds: Iterable[RowPrediction], versions: bool = False, dedupe: bool
     mp: list[float] = []
     ids: list[str] = []
     same: list[Hashable] = []
+    skipped: Counter[str] = Counter()  # why rows were left out, said when none is left
     for p in preds:
         rec = p.recorded
         if rec is None or not p.measured_ttft_ms or not p.measured_tpot_ms or not p.fully_specified:
+            skipped[p.skipped_reason or "no measured TTFT and TPOT"] += 1
             continue
         g = load_gpu(p.system).name
         if g not in gpus:
@@ -201,7 +203,10 @@ def collect(preds: Iterable[RowPrediction], versions: bool = False, dedupe: bool
         mp.append(p.measured_tpot_ms / 1e3)
         same.append((p.backend, p.system, p.measured_ttft_ms, p.measured_tpot_ms) if dedupe else p.id)
     if not ids:
-        raise TokenmillError("no row could be replayed with measurements: nothing to fit")
+        why = "; ".join(f"{n} × {reason}" for reason, n in skipped.most_common(3))
+        raise TokenmillError(
+            "no row could be replayed with measurements: nothing to fit" + (f" ({why})" if why else "")
+        )
     counts: dict[str, int] = {}
     for key in row_ver_key:
         if key:
