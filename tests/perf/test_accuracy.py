@@ -300,6 +300,10 @@ def test_constants_refitted_on_a_deployments_runs_take_the_refit_band_of_their_l
     mine.write_text(json.dumps({"meta": meta, "global": {"step_overhead_s": 0.002}}))
     band, note, _ = band_for("h100", "vllm", mine, path, model="dense/1L", lengths=(1024, 256))
     assert band is None and "refitted on one run of this deployment" in note
+    meta["fit_points"] = [["h100", "vllm", 7, 1024, 256, 4], ["h100"]]  # edited: no point it can read
+    mine.write_text(json.dumps({"meta": meta, "global": {"step_overhead_s": 0.002}}))
+    band, note, _ = band_for("h100", "vllm", mine, path, model="dense/1L", lengths=(1024, 256))
+    assert band is None and "accuracy.json was measured with other constants" in note
     meta["fit_points"] = points
     meta["start_sha256"] = "another"
     mine.write_text(json.dumps({"meta": meta, "global": {"step_overhead_s": 0.002}}))

@@ -467,10 +467,11 @@ def _refit_band(
     meta = load_table(params_path).meta
     if meta.get("start_sha256") != table.params_sha256:
         return None
-    points = meta.get("fit_points")
-    if not isinstance(points, list) or not points:
+    listed = meta.get("fit_points")
+    points = [pt for pt in listed if isinstance(pt, list) and len(pt) == 6] if isinstance(listed, list) else []
+    points = [pt for pt in points if all(isinstance(x, str) for x in pt[:3])]
+    if not points:  # written before refits recorded their points, or edited: not a refit it can place
         return None
-    points = [pt for pt in points if isinstance(pt, list) and len(pt) == 6 and isinstance(pt[2], str)]
     here = [pt for pt in points if pt[:3] == [gpu, backend, model]]
     if not here:
         fitted = sorted({f"{pt[2].split('/')[0]} on {pt[0]} under {pt[1]}" for pt in points})
