@@ -534,3 +534,22 @@ def test_a_refit_of_a_model_without_a_config_says_why_nothing_was_fitted(
     code, _, err = cli(capsys, "calibrate", "fit", "--launch", launch, "--gpu", "h100", *runs, "--out", str(mine))
     assert code == 2 and err.count("\n") == 1 and not mine.exists(), err
     assert "nothing to fit (2 × no config for model_path 'acme/Unknown-7B'" in err
+
+
+def test_a_refit_says_which_moved_constants_it_left_on_a_bound(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Runs that decode faster than H100 could stream the model's weights and read its cache: the
+    refit leaves both bandwidths on the ceiling and says so (text and `--json`'s `at_bound`)."""
+    runs = [a for c in (4, 16) for a in ("--measured", str(sweep_run(tmp_path, c, mean_tpot_ms=1.5)))]
+    fit = ["calibrate", "fit", "--launch", VLLM, "--gpu", "h100", *runs, "--rounds", "1", "--sweeps", "2"]
+    code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "a.json"))
+    assert code == 0, err
+    assert "global.cache_bandwidth_efficiency 0.6871 → 0.95 (× 1.38), at its upper bound\n" in out, out
+    code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "b.json"), "--json")
+    assert code == 0, err
+    moved = {m["constant"]: m for m in json.loads(out)["moved_from_start"]}
+    assert moved["gpus.h100.weight_bandwidth_efficiency"]["fitted"] == pytest.approx(0.95)
+    assert moved["gpus.h100.weight_bandwidth_efficiency"]["at_bound"] == "upper"
+    assert moved["backends.vllm.burst_share"]["at_bound"] is None
+    assert {m["at_bound"] for m in moved.values()} <= {"upper", "lower", None}

@@ -473,6 +473,24 @@ def _low(text: str) -> str:
     return text[:1].lower() + text[1:]
 
 
+def _at_bound(key: str, value: float, ceiling: float | None) -> str:
+    """ "upper" or "lower" where a refit left a constant on a physical bound (the ceiling, for a
+    bandwidth under ``--ceiling``), else "": the rows asked for more than the model lets that
+    constant be, which it alone cannot give them."""
+    from tokenmill.perf.calibrate import BANDWIDTH_KEYS
+    from tokenmill.perf.params import BOUNDS
+
+    name = key.rsplit(".", 1)[-1]
+    if name not in BOUNDS:
+        return ""
+    lo, hi = BOUNDS[name]
+    if ceiling is not None and name in BANDWIDTH_KEYS:
+        hi = min(hi, ceiling)
+    if math.isclose(value, hi, rel_tol=1e-3):
+        return "upper"
+    return "lower" if math.isclose(value, lo, rel_tol=1e-3) else ""
+
+
 def _loss(x: float) -> str:
     """A fit's loss as printed: a tenth for the whole file's (1,570.0), four figures for a few rows'
     (0.6541, which one decimal would print as 0.7 → 0.7)."""
@@ -709,7 +727,9 @@ def fit(
     if json_out:
         extra: dict[str, Any] = {"in_sample": in_sample}
         if start is not None:
-            extra["moved_from_start"] = [{"constant": k, "start": a, "fitted": b} for k, a, b in moved]
+            extra["moved_from_start"] = [
+                {"constant": k, "start": a, "fitted": b, "at_bound": _at_bound(k, b, cap) or None} for k, a, b in moved
+            ]
         print(json.dumps({"out": str(target), **fitted.to_json(), **extra, "log": msgs}, indent=2))
         return
     print(
@@ -719,7 +739,8 @@ def fit(
     if start is not None:  # what the rows say their deployment differs in
         print(f"moved from --start by 5 % or more: {len(moved)}" + (", the largest:" if moved else ""))
         for key, a, b in moved[:MOVED_SHOWN]:
-            print(f"  {key} {a:.4g} → {b:.4g} (× {b / a:.2f})")
+            bound = _at_bound(key, b, cap)
+            print(f"  {key} {a:.4g} → {b:.4g} (× {b / a:.2f})" + (f", at its {bound} bound" if bound else ""))
     _print_in_sample(in_sample, "--start" if start is not None else "the priors")
     if launch is not None:
         print(f"predict with it: {_predict_command(launch, gpu, backend_version, target, rows)}")
