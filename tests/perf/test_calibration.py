@@ -423,54 +423,46 @@ def test_the_constants_a_refit_moved_are_listed_largest_move_first() -> None:
     assert start.moved_from(start) == []
 
 
+def closed_loop_rows(
+    isl: int, osl: int, points: tuple[tuple[int, str, str], ...], **cells: str
+) -> list[dict[str, str]]:
+    """Measured rows of one deployment (H100 under vLLM): (lanes, TTFT ms, TPOT ms) each."""
+    return [
+        row(
+            id=f"r{c}",
+            silicon_data_source=f"s; silicon_concurrency={c}",
+            isl=str(isl),
+            osl=str(osl),
+            silicon_ttft_ms=ttft,
+            silicon_tpot_ms=tpot,
+            **cells,
+        )
+        for c, ttft, tpot in points
+    ]
+
+
+def refit_from_shipped(rows: list[dict[str, str]], ceiling: float | None) -> PerfParams:
+    """H100's constants under vLLM after a refit of ``rows`` from the shipped table, barely anchored."""
+    table, _, _ = fit(rows, MODELS, load_table(), rounds=1, sweeps=3, anchor=0.0001, ceiling=ceiling)
+    return table.resolve("h100", "vllm")[0]
+
+
 def test_a_ceiling_keeps_a_refits_kernels_under_their_peak() -> None:
     """Rows whose long prompts come back faster than any kernel could process them: a refit buys
     the speed by raising the GEMM constants until an FP8 GEMM runs above its peak; with a
     ``ceiling`` every kernel of the rows' steps stays at or under that fraction of it."""
-    rows = [
-        row(
-            id=f"r{c}",
-            silicon_data_source=f"s; silicon_concurrency={c}",
-            isl="8192",
-            osl="16",
-            gemm_quant_mode="fp8",
-            silicon_ttft_ms=ttft,
-            silicon_tpot_ms="6",
-        )
-        for c, ttft in ((1, "40"), (4, "90"))
-    ]
-    start = load_table()
-
-    def fastest(ceiling: float | None) -> float:
-        table, _, _ = fit(rows, MODELS, start, rounds=1, sweeps=3, anchor=0.0001, ceiling=ceiling)
-        return fastest_kernel(table.resolve("h100", "vllm")[0])
-
-    assert fastest(None) > 1.0
-    assert fastest(0.95) <= 0.95 + 1e-9
+    rows = closed_loop_rows(8192, 16, ((1, "40", "6"), (4, "90", "6")), gemm_quant_mode="fp8")
+    assert fastest_kernel(refit_from_shipped(rows, None)) > 1.0
+    assert fastest_kernel(refit_from_shipped(rows, 0.95)) <= 0.95 + 1e-9
 
 
 def test_a_ceiling_keeps_a_refits_weight_stream_under_it() -> None:
     """Rows that decode faster than the weights could stream at the constants' bound (0.98 of
     HBM bandwidth): a refit takes the bound; with a ``ceiling`` the bandwidth stays under it."""
-    rows = [
-        row(
-            id=f"r{c}",
-            silicon_data_source=f"s; silicon_concurrency={c}",
-            isl="256",
-            osl="512",
-            silicon_ttft_ms="30",
-            silicon_tpot_ms=tpot,
-        )
-        for c, tpot in ((1, "1.5"), (4, "1.6"))
-    ]
-    start = load_table()
-
-    def bandwidth(ceiling: float | None) -> float:
-        table, _, _ = fit(rows, MODELS, start, rounds=1, sweeps=3, anchor=0.0001, ceiling=ceiling)
-        return table.resolve("h100", "vllm")[0].weight_bandwidth_efficiency
-
-    assert bandwidth(None) == pytest.approx(BOUNDS["weight_bandwidth_efficiency"][1], rel=1e-3)
-    assert bandwidth(0.9) <= 0.9 + 1e-9
+    rows = closed_loop_rows(256, 512, ((1, "30", "1.5"), (4, "30", "1.6")))
+    bound = BOUNDS["weight_bandwidth_efficiency"][1]
+    assert refit_from_shipped(rows, None).weight_bandwidth_efficiency == pytest.approx(bound, rel=1e-3)
+    assert refit_from_shipped(rows, 0.9).weight_bandwidth_efficiency <= 0.9 + 1e-9
 
 
 def test_the_fastest_kernel_is_a_gemm_at_its_ratio_where_the_step_runs_it() -> None:
