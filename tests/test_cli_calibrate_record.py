@@ -548,7 +548,10 @@ def test_a_refit_says_which_moved_constants_it_left_on_a_bound(
     assert "global.cache_bandwidth_efficiency 0.6871 → 0.95 (× 1.38), at its upper bound\n" in out, out
     code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "b.json"), "--json")
     assert code == 0, err
-    moved = {m["constant"]: m for m in json.loads(out)["moved_from_start"]}
+    written = json.loads(out)
+    assert written["predict_command"].startswith("tokenmill predict --launch ")
+    assert f"--params {tmp_path / 'b.json'} " in written["predict_command"]
+    moved = {m["constant"]: m for m in written["moved_from_start"]}
     assert moved["gpus.h100.weight_bandwidth_efficiency"]["fitted"] == pytest.approx(0.95)
     assert moved["gpus.h100.weight_bandwidth_efficiency"]["at_bound"] == "upper"
     assert moved["backends.vllm.burst_share"]["at_bound"] is None

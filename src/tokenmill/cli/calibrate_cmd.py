@@ -730,6 +730,8 @@ def fit(
             extra["moved_from_start"] = [
                 {"constant": k, "start": a, "fitted": b, "at_bound": _at_bound(k, b, cap) or None} for k, a, b in moved
             ]
+        if launch is not None:
+            extra["predict_command"] = _predict_command(launch, gpu, backend_version, target, rows)
         print(json.dumps({"out": str(target), **fitted.to_json(), **extra, "log": msgs}, indent=2))
         return
     print(
