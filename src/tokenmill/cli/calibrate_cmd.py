@@ -477,15 +477,13 @@ def _at_bound(key: str, value: float, ceiling: float | None) -> str:
     """ "upper" or "lower" where a refit left a constant on a physical bound (the ceiling, for a
     bandwidth under ``--ceiling``), else "": the rows asked for more than the model lets that
     constant be, which it alone cannot give them."""
-    from tokenmill.perf.calibrate import BANDWIDTH_KEYS
+    from tokenmill.perf.calibrate import fit_bounds
     from tokenmill.perf.params import BOUNDS
 
     name = key.rsplit(".", 1)[-1]
     if name not in BOUNDS:
         return ""
-    lo, hi = BOUNDS[name]
-    if ceiling is not None and name in BANDWIDTH_KEYS:
-        hi = min(hi, ceiling)
+    lo, hi = fit_bounds(name, ceiling)
     if math.isclose(value, hi, rel_tol=1e-3):
         return "upper"
     return "lower" if math.isclose(value, lo, rel_tol=1e-3) else ""
@@ -520,7 +518,8 @@ def _fit_source(
     """``calibrate fit``'s rows come from a measurements file or from one deployment's launch command
     and result files (``calibrate record``'s flags), not both: the flags that name them, as the
     written file's command records them, and the input files an ``--out`` must not overwrite."""
-    deployment = [f for f, v in (("--launch", launch), ("--gpu", gpu), ("--measured", measured)) if v]
+    flags = (("--launch", launch), ("--gpu", gpu), ("--measured", measured))
+    deployment = [f for f, v in flags if v]
     if version.strip():
         deployment.append("--backend-version")
     if measurements is not None:
@@ -535,7 +534,7 @@ def _fit_source(
             "give the rows to fit: --measurements FILE.csv, or one deployment's --launch 'CMD' --gpu G "
             "--measured RESULT.json (repeatable)"
         )
-    missing = [f for f, v in (("--launch", launch), ("--gpu", gpu), ("--measured", measured)) if not v]
+    missing = [f for f, v in flags if not v]
     if missing:
         raise TokenmillError(
             f"{deployment[0]} gives one deployment's runs: it needs {' and '.join(missing)} too "
@@ -716,11 +715,12 @@ def fit(
         fitted.write(target)
     except OSError as exc:
         raise TokenmillError(f"--out: cannot write {target}: {exc.strerror}") from None
+    stale = (
+        "the shipped error bands (accuracy.json) describe the previous constants until "
+        "`tokenmill calibrate evaluate ... --accuracy-out` re-measures them; predict shows none meanwhile"
+    )
     if out is None:
-        msgs.append(
-            "the shipped error bands (accuracy.json) describe the previous constants until "
-            "`tokenmill calibrate evaluate ... --accuracy-out` re-measures them; predict shows none meanwhile"
-        )
+        msgs.append(stale)
     msgs += [f"note: {n}" for n in notes]  # what the launch command and result files leave to the engine
     moved = fitted.moved_from(table) if start is not None else []
     in_sample = before_after(report.start_predictions, report.fitted_predictions)
@@ -749,4 +749,4 @@ def fit(
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if out is None:
-        print(f"note: {msgs[-1]}")
+        print(f"note: {stale}")

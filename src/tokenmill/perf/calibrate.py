@@ -417,6 +417,13 @@ BANDWIDTH_KEYS = frozenset(
 )
 
 
+def fit_bounds(key: str, ceiling: float | None = None) -> tuple[float, float]:
+    """Where a fit may put ``key``: its physical ``BOUNDS``, the upper one no higher than the
+    ``ceiling`` for a bandwidth fraction (``BANDWIDTH_KEYS``)."""
+    lo, hi = BOUNDS[key]
+    return (lo, min(hi, ceiling)) if ceiling is not None and key in BANDWIDTH_KEYS else (lo, hi)
+
+
 def peak_fraction(p: Any, uses8: Any = False, uses4: Any = False) -> Any:
     """The fraction of its dtype's peak the fastest kernel runs at under constants ``p`` (as
     ``roofline.combine`` composes them, at large M): a GEMM at its efficiency × the engine's compute scale ×
@@ -490,8 +497,7 @@ class _Coordinate:
         bandwidth fraction stays under it (``BANDWIDTH_KEYS``)."""
         self.cur, self.s, self.scope, self.key, self.i, self.members = cur, s, scope, key, i, members
         self.ceiling = ceiling if key in COMPUTE_KEYS else None
-        lo, hi = BOUNDS[key]
-        self.bounds = (lo, min(hi, ceiling)) if ceiling is not None and key in BANDWIDTH_KEYS else (lo, hi)
+        self.bounds = fit_bounds(key, ceiling)
         if self.ceiling is not None:
             # a kernel's rate depends on the step's GPU, engine and version and on whether it runs
             # 8- or 4-bit GEMMs: one step of each such kind stands for all of them
