@@ -306,13 +306,27 @@ def test_models_json_lists_all_presets(capsys: pytest.CaptureFixture[str]) -> No
     assert k3["layer_kinds"]["mla"] == 24
 
 
-def test_gpus_json_lists_seven(
+def test_gpus_json_lists_the_bundled_thirteen(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("TOKENMILL_CACHE", str(tmp_path))  # no entry measured by `calibrate local`
     rows = run_json(capsys, "gpus", "--json")
-    assert len(rows) == 7
-    assert sorted(r["name"] for r in rows) == ["b200", "b300", "gb200", "gb300", "h100", "h200", "mi355x"]
+    assert len(rows) == 13
+    assert sorted(r["name"] for r in rows) == [
+        "a100",
+        "b200",
+        "b300",
+        "gb200",
+        "gb300",
+        "h100",
+        "h20",
+        "h200",
+        "h800",
+        "l40s",
+        "mi300x",
+        "mi325x",
+        "mi355x",
+    ]
 
 
 def test_models_and_gpus_tables(capsys: pytest.CaptureFixture[str]) -> None:

@@ -159,7 +159,7 @@ def test_appending_refuses_an_id_twice_and_a_file_of_other_columns(
     other.write_text("id,backend\nx,vllm\n")
     code, _, err = cli(capsys, *args[:-1], str(other), "--measured", str(write(tmp_path, "d.json")))
     assert code == 2 and "other columns" in err and other.read_text() == "id,backend\nx,vllm\n"
-    code, _, err = cli(capsys, *args[:4], "--gpu", "a100", "--out", str(tmp_path / "x.csv"), "--measured", str(out))
+    code, _, err = cli(capsys, *args[:4], "--gpu", "a10g", "--out", str(tmp_path / "x.csv"), "--measured", str(out))
     assert code == 2 and err.startswith("error: --gpu:") and err.count("\n") == 1
 
 
@@ -454,7 +454,7 @@ def test_a_refit_from_the_launch_command_and_result_files_is_the_refit_of_their_
         (["--measurements", "MINE", "--backend-version", "0.11.0"], "--measurements and --backend-version"),
         (["--launch", VLLM, "--gpu", "h100", "--measured", "RUN", "--no-out"], "give --out FILE.json"),
         (["--launch", VLLM, "--gpu", "h100", "--measured", "RUN", "--out", "RUN"], "is also --measured"),
-        (["--launch", VLLM, "--gpu", "a100", "--measured", "RUN"], "--gpu:"),
+        (["--launch", VLLM, "--gpu", "a10g", "--measured", "RUN"], "--gpu:"),
     ],
 )
 def test_a_refit_takes_its_rows_from_one_source(

@@ -18,7 +18,9 @@ from tokenmill.hardware import (
 )
 from tokenmill.units import GB, GiB, MiB
 
-BUNDLED = ["b200", "b300", "gb200", "gb300", "h100", "h200", "mi355x"]
+BUNDLED = [
+    "a100", "b200", "b300", "gb200", "gb300", "h100", "h20", "h200", "h800", "l40s", "mi300x", "mi325x", "mi355x"
+]  # fmt: skip
 
 VALID_TOML = """\
 name = "testgpu"
@@ -109,6 +111,39 @@ def test_canonical_units_are_converted_from_source_units() -> None:
     assert load_gpu("gb200").gpus_per_node == 4
 
 
+@pytest.mark.parametrize(
+    ("name", "bf16_tflops", "fp8_tflops", "hbm_tb_s", "link_gb_s", "visible_mib"),
+    [
+        # each figure the datasheet's (dense: the "with sparsity" one halved), in its own units
+        ("a100", 312, None, 2.039, 300, 81920),  # A100 80GB SXM: 312 | 624 TFLOPS BF16, 2,039 GB/s, NVLink 600 GB/s
+        ("h800", 989, 1979, 3.35, 200, 81559),  # H800 SXM5: H100's die and HBM3, NVLink 400 GB/s
+        ("h20", 148, 296, 4.0, 450, 97871),  # H20: 148 TFLOPS BF16, 296 FP8, 4.0 TB/s, NVLink 900 GB/s
+        ("l40s", 362, 733, 0.864, 32, 46068),  # L40S: 362.05 | 733 BF16, 864 GB/s, PCIe Gen4 64 GB/s both ways
+        ("mi300x", 1307.4, 2614.9, 5.3, 448, 196592),  # MI300X: 1307.4 BF16, 5.3 TB/s, 7 x 128 GB/s IF
+        ("mi325x", 1307.4, 2614.9, 6.0, 448, 262128),  # MI325X: MI300X's die, 256 GB HBM3E at 6 TB/s
+    ],
+)
+def test_added_gpus_carry_their_datasheet_figures(
+    name: str, bf16_tflops: float, fp8_tflops: float | None, hbm_tb_s: float, link_gb_s: float, visible_mib: int
+) -> None:
+    gpu = load_gpu(name)
+    assert gpu.flops("bf16") == pytest.approx(bf16_tflops * 1e12)
+    assert gpu.dense_flops.get("fp8") == (None if fp8_tflops is None else pytest.approx(fp8_tflops * 1e12))
+    assert "fp4" not in gpu.dense_flops, f"{name} has no 4-bit tensor cores"
+    assert gpu.hbm_bandwidth_bytes_per_s == pytest.approx(hbm_tb_s * 1e12)
+    assert gpu.scale_up_bandwidth_bytes_per_s == pytest.approx(link_gb_s * 1e9)
+    assert gpu.memory_visible_bytes == visible_mib * MiB
+
+
+def test_gpu_architectures_group_dies_the_fit_can_share() -> None:
+    """H800 and H20 are Hopper dies (they borrow H100's fitted kernel efficiencies); A100, L40S and
+    the CDNA 3 parts share no architecture with a fitted GPU (they take the fitted GPUs' medians)."""
+    arch = {name: load_gpu(name).architecture for name in BUNDLED}
+    assert arch["h800"] == arch["h20"] == arch["h100"] == "hopper"
+    assert arch["mi300x"] == arch["mi325x"] == "cdna3" != arch["mi355x"]
+    assert (arch["a100"], arch["l40s"]) == ("ampere", "ada")
+
+
 def test_blackwell_ultra_has_no_int8_rate() -> None:
     assert "int8" not in load_gpu("b300").dense_flops
     assert "int8" in load_gpu("b200").dense_flops
@@ -136,6 +171,11 @@ def test_gpu_is_frozen() -> None:
         ("GB300", "gb300"),
         ("gb200-nvl72", "gb200"),
         (" MI355X ", "mi355x"),
+        ("A100-SXM4-80GB", "a100"),
+        ("a100_80gb", "a100"),
+        ("H800_SXM5", "h800"),
+        ("L40S-PCIe", "l40s"),
+        ("MI300X", "mi300x"),
     ],
 )
 def test_aliases_resolve(alias: str, expected: str) -> None:
@@ -145,7 +185,7 @@ def test_aliases_resolve(alias: str, expected: str) -> None:
 def test_unknown_gpu_error_is_one_line_and_lists_known_names() -> None:
     with pytest.raises(TokenmillError) as exc:
         load_gpu("a100x")
-    _assert_one_line_error(exc, "unknown GPU 'a100x'", "known: b200, b300, gb200, gb300, h100, h200, mi355x")
+    _assert_one_line_error(exc, "unknown GPU 'a100x'", f"known: {', '.join(BUNDLED)}")
 
 
 def test_user_toml_path_loads(tmp_path: Path) -> None:

@@ -84,6 +84,37 @@ def test_a_gpu_outside_the_table_takes_its_siblings_die_and_the_gpus_medians() -
     assert p.matmul_efficiency == PerfParams().matmul_efficiency and any("priors for" in n for n in notes)
 
 
+def test_hopper_variants_borrow_a_fitted_hoppers_die_and_other_generations_the_medians() -> None:
+    """H800 (H100 with fewer NVLinks) and H20 (a cut-down Hopper) are Hopper dies: their kernel
+    efficiencies are the first fitted Hopper's (H100, by name), their memory's and links' the
+    fitted GPUs' medians. A100 (Ampere) and MI300X (CDNA 3) share no die with a fitted GPU: every
+    per-GPU constant is a median, and the note says so."""
+    gpu = {
+        "matmul_efficiency": 0.5,
+        "moe_matmul_efficiency": 0.2,
+        "fp4_matmul_ratio": 0.3,
+        "attention_efficiency": 0.4,
+        "weight_bandwidth_efficiency": 0.6,
+        "collective_latency_s": 10e-6,
+    }
+    table = ParamTable(
+        gpus={
+            "h100": gpu,
+            "h200": {**gpu, "matmul_efficiency": 0.55, "weight_bandwidth_efficiency": 0.8},
+            "b200": {**gpu, "matmul_efficiency": 0.7, "collective_latency_s": 30e-6},
+        }
+    )
+    for hopper in ("h800", "h20"):
+        p, notes = table.resolve(hopper, "vllm")
+        assert p.matmul_efficiency == 0.5  # H100's, not H200's 0.55 nor the median
+        assert (p.weight_bandwidth_efficiency, p.collective_latency_s) == (0.6, 10e-6)  # medians of three
+        assert any(f"GPU {hopper}: not calibrated; using h100's fitted kernel efficiencies" in n for n in notes)
+    for other in ("a100", "mi300x"):
+        p, notes = table.resolve(other, "vllm")
+        assert p.matmul_efficiency == 0.55  # the median of 0.5, 0.55, 0.7
+        assert any(f"GPU {other}: not calibrated, nor any GPU of its architecture" in n for n in notes)
+
+
 def test_small_fit_is_deterministic_and_lowers_the_loss(tmp_path: Path) -> None:
     rows = [
         row(

@@ -31,6 +31,32 @@ def test_compute_dtype_follows_the_weight_format_and_the_gpu() -> None:
     assert _peak(H100, WeightFormat.BF16) == H100.flops("bf16")
 
 
+def test_gpus_without_8_or_4_bit_tensor_cores_run_those_weights_at_the_16_bit_rate() -> None:
+    """A100 has neither FP8 nor FP4 tensor cores (its datasheet lists BF16, TF32 and INT8), L40S
+    and MI300X have FP8 but no FP4: weight-only kernels (Marlin on NVIDIA) stream the narrow
+    weights and do the math where the tensor cores can."""
+    a100, l40s, mi300x = load_gpu("a100"), load_gpu("l40s"), load_gpu("mi300x")
+    for fmt in (WeightFormat.FP8, WeightFormat.NVFP4, WeightFormat.MXFP4, WeightFormat.BF16):
+        assert _peak(a100, fmt) == a100.flops("bf16") == 312e12
+    assert _peak(l40s, WeightFormat.FP8) == l40s.flops("fp8") == 733e12
+    assert _peak(mi300x, WeightFormat.NVFP4) == mi300x.flops("fp8")
+
+
+def test_h20_prefills_slower_and_decodes_faster_than_h100_on_the_same_constants() -> None:
+    """The H20 keeps Hopper's memory system (4.0 TB/s against H100's 3.35) with 148 dense BF16
+    TFLOP/s against 989: with every constant equal, a long prompt (compute-bound) takes several
+    times longer and one request's decode step (weight streaming) less time."""
+    h20 = load_gpu("h20")
+    params = PerfParams()
+    prompt = BatchShape(prefill=(PrefillWork(8192),))
+    decode = BatchShape(decode=(DecodeWork(2048),))
+    h100_cost, h20_cost = CostModel(LLAMA8, H100, Layout(tp=1)), CostModel(LLAMA8, h20, Layout(tp=1))
+    prefill_ratio = h20_cost.seconds(prompt, params) / h100_cost.seconds(prompt, params)
+    decode_ratio = h20_cost.seconds(decode, params) / h100_cost.seconds(decode, params)
+    assert 4.0 < prefill_ratio < 989 / 148, f"8,192-token prefill H20 / H100 = {prefill_ratio:.2f}"
+    assert 3.35 / 4.0 < decode_ratio < 1.0, f"one decode step H20 / H100 = {decode_ratio:.3f}"
+
+
 def test_mla_decode_reads_the_latent_cache_once_per_request_striped_by_dcp() -> None:
     ctx = 100_000
     shape = BatchShape(decode=(DecodeWork(ctx),))

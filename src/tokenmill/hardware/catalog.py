@@ -79,6 +79,13 @@ _GPU_ALIASES: Final[Mapping[str, str]] = {
     "b300_hgx": "b300",
     "gb200_nvl72": "gb200",
     "gb300_nvl72": "gb300",
+    "a100_sxm": "a100",
+    "a100_sxm4": "a100",
+    "a100_sxm4_80gb": "a100",
+    "a100_80gb": "a100",
+    "h800_sxm": "h800",
+    "h800_sxm5": "h800",
+    "l40s_pcie": "l40s",
 }
 
 _NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_.-]*")
