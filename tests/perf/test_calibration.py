@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -449,9 +450,48 @@ def test_the_constants_a_refit_moved_are_listed_largest_move_first() -> None:
         ("backends.vllm.burst_share", 0.6, 0.15),
         ("gpus.h100.matmul_efficiency", 0.8, 0.6),
         ("global.fp8_matmul_ratio", 0.9, 1.1),
-    ]  # a 4 % move, an unchanged one and a GPU the start did not hold are not listed
+        # a GPU the start does not hold, from what the start gives it: the fitted GPUs' median
+        ("gpus.b200.matmul_efficiency", 0.8, 0.7),
+    ]  # a 4 % move and an unchanged one are not listed
     assert [k for k, _, _ in fitted.moved_from(start, least=0.01)][-1] == "global.step_overhead_s"
     assert start.moved_from(start) == []
+
+
+def test_a_refit_on_a_gpu_the_start_does_not_hold_starts_where_predict_puts_it() -> None:
+    """A deployment's rows on a GPU outside the start table (here H800, a Hopper: H100's die and
+    the fitted GPUs' medians for its memory and links) are fitted from the constants ``predict``
+    gives that GPU, not from the priors: with every constant pinned but one engine constant, the
+    GPU's written constants are those ``resolve`` gave it, where they used to be the priors (a
+    grouped-GEMM efficiency of 0.45 where the fitted GPUs' median is 0.2)."""
+    gpu = {
+        "matmul_efficiency": 0.5,
+        "moe_matmul_efficiency": 0.2,
+        "fp4_matmul_ratio": 0.3,
+        "attention_efficiency": 0.4,
+        "weight_bandwidth_efficiency": 0.6,
+        "collective_latency_s": 10e-6,
+    }
+    start = ParamTable(gpus={"h100": gpu, "h200": {**gpu, "weight_bandwidth_efficiency": 0.8}})
+    resolved = start.gpu_values("h800")
+    assert resolved == {**gpu, "weight_bandwidth_efficiency": 0.7}  # the median of 0.6 and 0.8
+    rows = [
+        row(
+            id=f"h800-c{c}",
+            system="h800",
+            isl="512",
+            osl="64",
+            batch_size=str(c),
+            silicon_data_source=f"s; silicon_concurrency={c}",
+            silicon_ttft_ms=str(ttft),
+            silicon_tpot_ms=str(tpot),
+        )
+        for c, ttft, tpot in ((1, "40", "7.0"), (8, "90", "9.5"))
+    ]
+    others = [f.name for f in fields(PerfParams) if f.name != "request_latency_s"]
+    fitted, _, _ = fit(rows, MODELS, start, rounds=1, sweeps=1, fixed=others)
+    assert fitted.gpus["h800"] == pytest.approx(resolved)
+    moved = {k for k, _, _ in fitted.moved_from(start)}
+    assert not any(k.startswith("gpus.h800") for k in moved)
 
 
 def closed_loop_rows(

@@ -249,7 +249,10 @@ class _Params:
     def __init__(self, table: ParamTable, data: FitData) -> None:
         prior = PerfParams()
         self.glob = {k: table.global_.get(k, getattr(prior, k)) for k in _all_fields()}
-        self.gpu = {k: np.array([table.gpus.get(g, {}).get(k, self.glob[k]) for g in data.gpus]) for k in GPU_FIELDS}
+        # a GPU the table does not name starts where ``predict`` puts it (a sibling's die, the
+        # fitted GPUs' medians), not at the priors
+        start = {g: table.gpu_values(g) for g in data.gpus}
+        self.gpu = {k: np.array([start[g].get(k, self.glob[k]) for g in data.gpus]) for k in GPU_FIELDS}
         self.eng = {
             k: np.array([table.backends.get(e, {}).get(k, getattr(prior, k)) for e in data.engines])
             for k in ENGINE_FIELDS

@@ -134,14 +134,30 @@ class ParamTable:
             {b: dict(v) for b, v in self.versions.items()},
         )
 
+    def gpu_values(self, gpu: str) -> dict[str, float]:
+        """``gpu``'s per-GPU constants as every command reads them: its own where the table names
+        it, else what ``resolve`` gives a GPU it does not (a sibling's die and the fitted GPUs'
+        medians, or the medians, or the priors). A refit on a new GPU's rows starts there and is
+        pulled back there, so its first prediction is ``predict``'s."""
+        if gpu in self.gpus:
+            return dict(self.gpus[gpu])
+        resolved, _ = self.resolve(gpu, None)
+        return {k: float(getattr(resolved, k)) for k in GPU_FIELDS}
+
     def moved_from(self, start: ParamTable, least: float = 0.05) -> list[tuple[str, float, float]]:
         """The constants this table holds at a value other than ``start``'s by ``least`` (a
         fraction) or more, as (``scope.key``, start value, this value), the largest move first: what
-        a refit from ``start`` on a deployment's rows says that deployment differs in."""
+        a refit from ``start`` on a deployment's rows says that deployment differs in. A GPU or
+        engine ``start`` does not name is measured from what ``start`` gives it (``gpu_values``;
+        an engine's priors)."""
         pairs = [(f"global.{k}", start.global_.get(k), v) for k, v in self.global_.items()]
-        for scope, mine, theirs in (("gpus", self.gpus, start.gpus), ("backends", self.backends, start.backends)):
-            for name, values in mine.items():
-                pairs += [(f"{scope}.{name}.{k}", theirs.get(name, {}).get(k), v) for k, v in values.items()]
+        for name, values in self.gpus.items():
+            theirs = start.gpu_values(name)
+            pairs += [(f"gpus.{name}.{k}", theirs.get(k), v) for k, v in values.items()]
+        prior = PerfParams()
+        for name, values in self.backends.items():
+            own = start.backends.get(name, {})
+            pairs += [(f"backends.{name}.{k}", own.get(k, getattr(prior, k)), v) for k, v in values.items()]
         moved = [(k, a, b) for k, a, b in pairs if a and b and abs(math.log(b / a)) >= math.log1p(least)]
         return sorted(moved, key=lambda m: (-abs(math.log(m[2] / m[1])), m[0]))
 
