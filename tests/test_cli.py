@@ -329,6 +329,22 @@ def test_gpus_json_lists_the_bundled_thirteen(
     ]
 
 
+def test_gpus_say_where_each_gpus_performance_constants_come_from(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The calibration file ran on H100, H200, B200, B300 and GB200: those are fitted; a Hopper
+    variant borrows H100's die, a GPU of an architecture the file never ran (Ampere, CDNA) takes
+    the fitted GPUs' medians, as `predict`'s notes say."""
+    monkeypatch.setenv("TOKENMILL_CACHE", str(tmp_path))
+    rows = {r["name"]: r for r in run_json(capsys, "gpus", "--json")}
+    assert {n for n, r in rows.items() if r["constants"] == "fitted"} == {"h100", "h200", "b200", "b300", "gb200"}
+    assert rows["h20"]["constants"] == rows["h800"]["constants"] == "h100's die, medians"
+    assert rows["gb300"]["constants"] == "b300's die, medians"
+    assert rows["a100"]["constants"] == rows["mi300x"]["constants"] == "fitted GPUs' medians"
+    code, out, _ = run(capsys, "gpus")
+    assert code == 0 and "h100's die, medians" in out
+
+
 def test_models_and_gpus_tables(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "models")
     assert code == 0 and "kimi-k3" in out

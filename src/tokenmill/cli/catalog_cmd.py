@@ -59,14 +59,20 @@ def gpus(json_out: JsonOpt = False) -> None:
 
     from tokenmill.cli.tables import print_table
     from tokenmill.hardware import GPU_TABLE_COLUMNS, gpu_table_rows, list_gpus
+    from tokenmill.perf.calibrated import constants_source, load_table
 
     catalog = list_gpus(include_local=True)
+    table = load_table()
+    source = {g.name: constants_source(g.name, table) for g in catalog}
     if json_out:
-        print(json.dumps([g.model_dump() for g in catalog], indent=2))
+        print(json.dumps([g.model_dump() | {"constants": source[g.name]} for g in catalog], indent=2))
         return
-    t = Table(title="GPU catalog (dense peak figures; GiB = 1024³ B, GB = 10⁹ B)")
-    for col in GPU_TABLE_COLUMNS:
-        t.add_column(col, justify="left" if col == "GPU" else "right")
-    for row in gpu_table_rows(catalog):
-        t.add_row(*(row[c] for c in GPU_TABLE_COLUMNS))
+    t = Table(
+        title="GPU catalog (dense peak figures; GiB = 1024³ B, GB = 10⁹ B); constants: where predict's "
+        "per-GPU constants come from (docs/perf.md §3, fallbacks)"
+    )
+    for col in (*GPU_TABLE_COLUMNS, "arch", "constants"):
+        t.add_column(col, justify="left" if col in ("GPU", "arch", "constants") else "right")
+    for row, gpu in zip(gpu_table_rows(catalog), catalog, strict=True):
+        t.add_row(*(row[c] for c in GPU_TABLE_COLUMNS), gpu.architecture, source[gpu.name])
     print_table(Console(), t)

@@ -335,6 +335,25 @@ def local_params(gpu: str) -> tuple[PerfParams, list[str]] | None:
     return PerfParams(**values), [f"constants fitted on this machine by `tokenmill calibrate local` ({when})"]
 
 
+def constants_source(gpu: str, table: ParamTable | None = None) -> str:
+    """Where ``predict`` takes ``gpu``'s per-GPU constants from, in a few words, for the catalog's
+    table: fitted on the calibration file, a sibling's die with the fitted GPUs' medians for its
+    memory and links, the medians for everything, the priors, or this machine's
+    ``calibrate local`` fit (``ParamTable.resolve``, ``resolve_params``)."""
+    from tokenmill.hardware import known_gpu_names
+
+    table = table if table is not None else load_table()
+    name = gpu.strip().lower()
+    if name not in known_gpu_names() and local_params_path(gpu).is_file():
+        return "measured here (calibrate local)"
+    if name in table.gpus:
+        return "fitted"
+    if not table.gpus:
+        return "priors"
+    sibling = same_architecture(name, table.gpus)
+    return f"{sibling}'s die, medians" if sibling else "fitted GPUs' medians"
+
+
 def resolve_params(gpu: str, backend: str | None) -> tuple[PerfParams, list[str]]:
     """The constants a simulation of ``gpu`` uses, and where they came from.
 
