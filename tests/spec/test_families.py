@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli_helpers import cli_json
 from tokenmill.errors import TokenmillError
 from tokenmill.spec import (
     PRESETS,
@@ -523,3 +524,86 @@ def test_a_config_file_that_is_not_utf8_json_is_one_line_and_a_bom_is_read(tmp_p
     marked = tmp_path / "marked.json"  # saved by an editor that marks UTF-8 with a byte-order mark
     marked.write_bytes(b"\xef\xbb\xbf" + preset)
     assert load_model(str(marked)).num_layers == 32
+
+
+# --- GLM-4.5 (glm4_moe) and Mixtral (mixtral) ------------------------------------------------
+
+GLM_4_5 = FIXTURES / "glm_4_5_config.json"
+MIXTRAL = FIXTURES / "mixtral_8x7b_config.json"
+
+# GLM-4.5 (zai-org/GLM-4.5 config.json), by hand:
+#   embedding + lm_head  2 × 151552 × 5120 (untied)                                 =  1,551,892,480
+#   attention per layer  q 5120×12288 + bias 12288, k and v 5120×1024 + bias 1024 each,
+#                        o 12288×5120, q/k norms 2 × 128                              =    136,329,472
+#                        × 92 layers                                                  = 12,542,311,424
+#   dense MLP            3 × 5120 × 12288 × 3 layers (first_k_dense_replace 3)        =    566,231,040
+#   routed experts       160 × 3 × 5120 × 1536 × 89 MoE layers                        = 335,963,750,400
+#   shared expert        3 × 5120 × 1536 × 89                                         =  2,099,773,440
+#   router               160 × 5120 × 89                                              =     72,908,800
+#   norms                2 × 5120 × 92 + final 5120                                   =        947,200
+GLM_4_5_TOTAL = 1_551_892_480 + 12_542_311_424 + 566_231_040 + 335_963_750_400 + 2_099_773_440 + 72_908_800 + 947_200
+# Active: all but 152 of the 160 routed experts of each MoE layer, and not the embedding lookup
+GLM_4_5_ACTIVE = GLM_4_5_TOTAL - 152 * 3 * 5120 * 1536 * 89 - 151552 * 5120
+
+# Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1 config.json), by hand:
+#   embedding + lm_head  2 × 32000 × 4096                                             =    262,144,000
+#   attention            (2 × 4096 × 4096 + 2 × 4096 × 1024) × 32                     =  1,342,177,280
+#   experts              8 × 3 × 4096 × 14336 × 32                                    = 45,097,156,608
+#   router               8 × 4096 × 32                                                =      1,048,576
+#   norms                2 × 4096 × 32 + 4096                                         =        266,240
+MIXTRAL_TOTAL = 262_144_000 + 1_342_177_280 + 45_097_156_608 + 1_048_576 + 266_240
+MIXTRAL_ACTIVE = MIXTRAL_TOTAL - 6 * 3 * 4096 * 14336 * 32 - 32000 * 4096
+
+
+def test_glm_4_5_reads_as_gqa_moe_with_three_dense_layers() -> None:
+    m = load_model(str(GLM_4_5))
+    assert (m.model_type, m.family) == ("glm4_moe", "moe_gqa")
+    assert _ffns(m, FfnKind.DENSE) == [0, 1, 2] and _ffns(m, FfnKind.MOE) == list(range(3, 92))
+    assert _mixers(m, MixerKind.GQA) == list(range(92))
+    assert m.gqa is not None and (m.gqa.num_heads, m.gqa.num_kv_heads, m.gqa.head_dim) == (96, 8, 128)
+    assert m.moe is not None
+    assert (m.moe.num_experts, m.moe.experts_per_token, m.moe.num_shared_experts) == (160, 8, 1)
+    assert m.num_nextn_layers == 1 and any("MTP" in n for n in m.notes)
+
+
+def test_glm_4_5_totals_by_hand_and_published() -> None:
+    """GLM-4.5 model card: 355B total parameters, 32B active (its count includes the MTP layer,
+    left out here: 352.8B)."""
+    m = load_model(str(GLM_4_5))
+    assert m.total_params == GLM_4_5_TOTAL
+    assert m.active_params == GLM_4_5_ACTIVE
+    assert m.total_params == pytest.approx(355 * B, rel=0.01), "GLM-4.5 model card: 355B total (±1 %)"
+    assert m.active_params == pytest.approx(32 * B, rel=0.05), "GLM-4.5 model card: 32B active (±5 %)"
+
+
+def test_mixtral_totals_by_hand_and_published() -> None:
+    """Mistral's Mixtral 8x7B announcement: 46.7B total parameters, 12.9B used per token."""
+    m = load_model(str(MIXTRAL))
+    assert (m.model_type, m.family) == ("mixtral", "moe_gqa")
+    assert m.layer_kind_counts() == {"gqa": 32, "ffn_moe": 32}
+    assert m.total_params == MIXTRAL_TOTAL
+    assert m.active_params == MIXTRAL_ACTIVE
+    assert m.total_params == pytest.approx(46.7 * B, rel=0.01), "Mixtral 8x7B: 46.7B total (±1 %)"
+    assert m.active_params == pytest.approx(12.9 * B, rel=0.02), "Mixtral 8x7B: 12.9B per token (±2 %)"
+
+
+def test_a_mixtral_config_with_a_sliding_window_reads_as_sliding_layers() -> None:
+    config = _fixture(MIXTRAL) | {"sliding_window": 4096}
+    m = model_from_config(config, "mixtral-swa")
+    assert _mixers(m, MixerKind.SWA) == list(range(32))
+    assert m.gqa is not None and m.gqa.sliding_window == 4096
+    # a window as long as the context is no window
+    full = model_from_config(_fixture(MIXTRAL) | {"sliding_window": 32768}, "mixtral-full")
+    assert _mixers(full, MixerKind.GQA) == list(range(32))
+
+
+@pytest.mark.parametrize("path", [GLM_4_5, MIXTRAL], ids=["glm-4.5", "mixtral-8x7b"])
+def test_new_families_plan_and_predict(capsys: pytest.CaptureFixture[str], path: Path) -> None:
+    """Both families run through the planner and the cost model: one H200 board holds either in
+    BF16 (706 and 93 GB of weights), and a closed-loop point gives finite times."""
+    deployment = ("--model", str(path), "--gpu", "h200", "--gpus", "8")
+    plan = cli_json(capsys, "plan", *deployment, "--json")
+    assert plan["fits"] is True
+    point_flags = ("--isl", "1024", "--osl", "256", "--concurrency", "8", "--backend", "sglang", "--json")
+    point = cli_json(capsys, "predict", *deployment, *point_flags)
+    assert 0 < point["tpot_ms"] < 100 and 0 < point["ttft_ms"] < 5_000

@@ -1,6 +1,7 @@
 """One parser per model family: read a ``config.json`` into layers, geometry and tensors.
 
-Families: dense GQA (llama, qwen2/3, mistral), MoE GQA (qwen3_moe, gpt_oss, minimax_m2), MLA + MoE
+Families: dense GQA (llama, qwen2/3, mistral), MoE GQA (qwen3_moe, gpt_oss, minimax_m2, mixtral,
+glm4_moe), MLA + MoE
 (deepseek_v2/v3, kimi_k2), KDA + MLA + MoE (kimi_linear, kimi_k3), Mamba hybrids (nemotron_h) and
 Gated-DeltaNet hybrids (qwen3_next, qwen3_5_moe).
 """
@@ -196,6 +197,79 @@ def parse_minimax_m2(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, An
         ["MTP modules are not counted (not loaded without speculative decoding)"] if r.has("num_mtp_modules") else []
     )
     return Parsed("moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m, notes=notes)
+
+
+def parse_mixtral(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
+    """mixtral (Mixtral 8x7B, 8x22B): GQA attention, every layer MoE over ``num_local_experts``
+    SwiGLU experts (block_sparse_moe, w1/w3/w2) with no shared expert. A ``sliding_window`` smaller
+    than the context (Mistral 7B v0.1's 4,096) makes every layer a sliding window; Mixtral's
+    configs give null."""
+    hidden, vocab, n_layers, tie, max_ctx = _common(r)
+    window = r.opt_int("sliding_window")
+    sliding = window if window is not None and 0 < window < max_ctx else None
+    g = _gqa_geometry(r, hidden, sliding=sliding)
+    m = MoEGeometry(
+        num_experts=r.pos_int("num_local_experts"),
+        experts_per_token=r.pos_int("num_experts_per_tok"),
+        intermediate_size=r.pos_int("intermediate_size"),
+        expert_input_dim=hidden,
+    )
+    all_layers = tuple(range(n_layers))
+    bld.embeddings(b, vocab, hidden, tie)
+    bld.gqa(b, all_layers, hidden, g)
+    names = bld.MoENames(
+        router="block_sparse_moe.gate", experts="block_sparse_moe.experts.{e}", gate="w1", up="w3", down="w2"
+    )
+    bld.moe(b, all_layers, hidden, m, names)
+    _layer_norms(b, n_layers, hidden)
+    mixer = MixerKind.SWA if sliding else MixerKind.GQA
+    layers = [Layer(i, mixer, FfnKind.MOE) for i in all_layers]
+    return Parsed("moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m)
+
+
+def parse_glm4_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
+    """glm4_moe (GLM-4.5, GLM-4.5-Air, GLM-4.6): GQA attention with q/k/v biases and, where
+    ``use_qk_norm``, per-head q/k norms; a dense MLP in the first ``first_k_dense_replace`` layers,
+    then MoE with shared experts, DeepSeek's layout and tensor names. Half the head dimension is
+    rotary (``partial_rotary_factor``), which costs nothing here. The MTP (nextn) layers are not
+    counted: SGLang loads them only for speculation."""
+    hidden, vocab, n_layers, tie, max_ctx = _common(r)
+    g = _gqa_geometry(r, hidden)
+    flags = _moe_flags(r, n_layers)
+    dense, sparse = _ffn_layers(n_layers, flags)
+    n_shared = r.get_int("n_shared_experts", 0)
+    moe_inter = r.pos_int("moe_intermediate_size")
+    m = MoEGeometry(
+        num_experts=r.pos_int("n_routed_experts"),
+        experts_per_token=r.pos_int("num_experts_per_tok"),
+        intermediate_size=moe_inter,
+        expert_input_dim=hidden,
+        num_shared_experts=n_shared,
+        shared_intermediate_size=n_shared * moe_inter,
+    )
+    inter = r.pos_int("intermediate_size")
+    all_layers = tuple(range(n_layers))
+    bld.embeddings(b, vocab, hidden, tie)
+    qk = "head" if r.get_bool("use_qk_norm", False) else None
+    bld.gqa(b, all_layers, hidden, g, qkv_bias=r.get_bool("attention_bias", False), qk_norm=qk)
+    bld.dense_mlp(b, dense, hidden, inter)
+    bld.moe(b, sparse, hidden, m)
+    _layer_norms(b, n_layers, hidden)
+    layers = [Layer(i, MixerKind.GQA, FfnKind.MOE if flags[i] else FfnKind.DENSE) for i in all_layers]
+    nextn = r.get_int("num_nextn_predict_layers", 0)
+    notes = [f"{nextn} MTP layer(s) not counted (loaded only with --speculative mtp)"] if nextn else []
+    return Parsed(
+        "moe_gqa",
+        hidden,
+        vocab,
+        layers,
+        max_ctx,
+        gqa=g,
+        moe=m,
+        dense_intermediate=inter if dense else None,
+        num_nextn_layers=nextn,
+        notes=notes,
+    )
 
 
 # --- MLA + MoE -----------------------------------------------------------------------------
@@ -563,6 +637,8 @@ PARSERS: dict[str, Parser] = {
     "gpt_oss": parse_gpt_oss,
     "minimax_m2": parse_minimax_m2,
     "minimax": parse_minimax_m2,
+    "mixtral": parse_mixtral,
+    "glm4_moe": parse_glm4_moe,
     "deepseek_v2": parse_deepseek,
     "deepseek_v3": parse_deepseek,
     "kimi_k2": parse_deepseek,
