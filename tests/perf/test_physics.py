@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -284,3 +285,52 @@ def test_moe_activation_traffic_is_one_pass_over_each_gpus_expert_inputs() -> No
     g = Features(**{**zero, "moe_act_mem_s": 0.010, "moe_flop_s": 0.020})
     gemm = 0.020 / (p.moe_matmul_efficiency * p.compute_scale)
     assert combine(g, p)["routed_experts"] == pytest.approx(gemm + 0.1)
+
+
+# --- DeepSeek Sparse Attention (DeepSeek-V3.2) ------------------------------------------------
+
+V32_CONFIG = Path(__file__).parents[1] / "spec" / "fixtures" / "deepseek_v3_2_config.json"
+
+
+def test_sparse_mla_decode_reads_top_k_latents_and_every_indexer_key() -> None:
+    """One decode token at a 100,000-token context on 8 × H200 (TP8, FP8 cache): 61 layers read
+    2,048 latents of 656 B and 100,000 indexer keys of 132 B; FLOPs are the absorbed MLA's 2 × 16
+    heads × (576 + 512) over 2,048 keys plus the indexer's 2 × 64 × 128 FP8 FLOPs per key (at
+    H200's FP8 rate, twice its BF16 one). Dense DeepSeek-V3 reads all 100,000 latents of 576 B."""
+    v32, v3, h200 = load_model(str(V32_CONFIG)), load_model("deepseek-v3"), load_gpu("h200")
+    lay = Layout(tp=8, kv_cache_dtype=KVDtype.FP8)
+    shape = BatchShape(decode=(DecodeWork(100_000),))
+    f = CostModel(v32, h200, lay).features(shape)
+    assert f.dec_attn_mem_s == pytest.approx(61 * (2048 * 656 + 100_000 * 132) / h200.hbm_bandwidth_bytes_per_s)
+    main = 2 * 16 * (576 + 512) * 2048
+    index = 2 * 64 * 128 * 100_000 * h200.flops("bf16") / h200.flops("fp8")
+    assert f.dec_attn_flop_s == pytest.approx(61 * (main + index) / h200.flops("bf16"))
+    dense = CostModel(v3, h200, lay).features(shape)
+    assert dense.dec_attn_mem_s == pytest.approx(61 * 100_000 * 576 / h200.hbm_bandwidth_bytes_per_s)
+    # below the top k every key is read: the latents as dense, plus the indexer's
+    short = CostModel(v32, h200, lay).features(BatchShape(decode=(DecodeWork(1000),)))
+    assert short.dec_attn_mem_s == pytest.approx(61 * 1000 * (656 + 132) / h200.hbm_bandwidth_bytes_per_s)
+
+
+def test_sparse_mla_prefill_clips_each_querys_keys_at_top_k() -> None:
+    """An 8,192-token prompt: query i attends to min(i, 2,048) keys, 2,048 × 2,049 / 2 +
+    6,144 × 2,048 = 14,681,088 pairs against the dense 8,192 × 8,193 / 2 = 33,558,528; the
+    indexer scores all of the dense pairs."""
+    v32, h200 = load_model(str(V32_CONFIG)), load_gpu("h200")
+    f = CostModel(v32, h200, Layout(tp=8)).features(BatchShape(prefill=(PrefillWork(8192),)))
+    attended, scored = 2048 * 2049 / 2 + 6144 * 2048, 8192 * 8193 / 2
+    per_pair = 2 * 16 * (128 + 64 + 128)  # expanded form, 16 heads per GPU
+    index = 2 * 64 * 128 * h200.flops("bf16") / h200.flops("fp8")
+    assert f.pre_attn_flop_s == pytest.approx(61 * (attended * per_pair + scored * index) / h200.flops("bf16"))
+
+
+def test_sparse_mla_decode_batches_need_each_context() -> None:
+    """min(context, top k) is not linear in the contexts: the executor may not sum them."""
+    from tokenmill.errors import TokenmillError
+    from tokenmill.perf.batch import DecodeSum
+
+    cost = CostModel(load_model(str(V32_CONFIG)), load_gpu("h200"), Layout(tp=8))
+    assert not cost.linear_in_context
+    assert CostModel(load_model("deepseek-v3"), load_gpu("h200"), Layout(tp=8)).linear_in_context
+    with pytest.raises(TokenmillError, match="sparse-attention"):
+        cost.features(BatchShape(decode_sum=DecodeSum(4, 40_000)))

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tokenmill.plan import (
@@ -117,3 +119,18 @@ def test_a_model_without_kv_layers_has_no_crossing_point_and_says_why_it_is_not_
     assert crossing_point_tokens(cache_sizes(model, Layout(tp=1))) is None
     assert not plan.fits and "has no layer with a KV cache" in str(plan.reason)
     assert json.loads(json.dumps(plan.to_dict(), allow_nan=False))["crossing_point_tokens"] is None
+
+
+# DeepSeek-V3.2 (deepseek_v32): DeepSeek-V3's config plus the sparse attention's indexer
+V32 = load_model(str(Path(__file__).parents[1] / "spec" / "fixtures" / "deepseek_v3_2_config.json"))
+
+
+def test_sparse_mla_caches_flashmla_fp8_latents_and_the_indexer_keys() -> None:
+    """Per token per layer: an FP8 cache in FlashMLA's sparse layout, 512 FP8 latent values + 4
+    FP32 scales (one per 128) + 64 BF16 rope values = 656 B, or 576 × 2 = 1,152 B in BF16, and
+    the indexer's 128 FP8 key values + one FP32 scale = 132 B, over 61 layers; dense DeepSeek-V3
+    caches 576 values in the KV dtype."""
+    assert cache_sizes(V32, Layout(tp=8, kv_cache_dtype=KVDtype.FP8)).kv_cell_bytes == 61 * (656 + 132)
+    assert cache_sizes(V32, Layout(tp=8)).kv_cell_bytes == 61 * (1152 + 132)
+    v3 = load_model("deepseek-v3")
+    assert cache_sizes(v3, Layout(tp=8, kv_cache_dtype=KVDtype.FP8)).kv_cell_bytes == 61 * 576

@@ -607,3 +607,26 @@ def test_new_families_plan_and_predict(capsys: pytest.CaptureFixture[str], path:
     point_flags = ("--isl", "1024", "--osl", "256", "--concurrency", "8", "--backend", "sglang", "--json")
     point = cli_json(capsys, "predict", *deployment, *point_flags)
     assert 0 < point["tpot_ms"] < 100 and 0 < point["ttft_ms"] < 5_000
+
+
+# --- DeepSeek-V3.2 (deepseek_v32): DeepSeek-V3 with DeepSeek Sparse Attention's indexer ---------
+
+DEEPSEEK_V32 = FIXTURES / "deepseek_v3_2_config.json"
+
+# The indexer of each of the 61 MLA layers, by hand (index_n_heads 64, index_head_dim 128):
+#   wq_b          64 × 128 × 1536 (q_lora_rank)      = 12,582,912
+#   wk            128 × 7168                          =    917,504
+#   k_norm        weight and bias, 2 × 128            =        256
+#   weights_proj  64 × 7168                           =    458,752
+#                 per layer 13,959,424 × 61           = 851,524,864
+V32_INDEXER = (12_582_912 + 917_504 + 256 + 458_752) * 61
+
+
+def test_deepseek_v3_2_is_deepseek_v3_with_an_indexer_per_layer() -> None:
+    v32, v3 = load_model(str(DEEPSEEK_V32)), load_model("deepseek-v3")
+    assert v32.model_type == "deepseek_v32" and v32.family == v3.family == "mla_moe"
+    assert v32.layers == v3.layers
+    assert v32.mla is not None and v32.mla.sparse and not (v3.mla is not None and v3.mla.sparse)
+    assert (v32.mla.index_topk, v32.mla.index_heads, v32.mla.index_head_dim) == (2048, 64, 128)
+    assert v32.total_params - v3.total_params == V32_INDEXER
+    assert v32.num_nextn_layers == 1  # the MTP layer, recorded and not counted, as for V3

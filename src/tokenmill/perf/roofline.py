@@ -45,9 +45,12 @@ What the demands count (per step, busiest GPU):
 - **attention** by kind: MLA decode in the absorbed form reads each request's latent cache
   (replicated over attention TP, striped by DCP) and does 2·N·c·(576 + 512) FLOPs per token;
   prefill/midfill in the expanded form do 2·pairs·N·(192 + 128) and re-expand the cached context
-  through kv_b; GQA with KV heads per GPU and sliding windows; KDA/GDN/Mamba decode read and write
-  the state once per request (bandwidth bound, independent of context), prefill ≈ 6d² + 6Cd + C²/3
-  FLOPs per token per head with the chunk states (2d²·s/C bytes per token per head) written.
+  through kv_b; DeepSeek Sparse Attention (V3.2) clips each query's keys to the indexer's top k
+  (2,048) and adds the indexer, which reads every cached token's 132-byte FP8 key and does
+  2·64·128 FP8 FLOPs per query-key pair; GQA with KV heads per GPU and sliding windows;
+  KDA/GDN/Mamba decode read and write the state once per request (bandwidth bound, independent
+  of context), prefill ≈ 6d² + 6Cd + C²/3 FLOPs per token per head with the chunk states (2d²·s/C
+  bytes per token per head) written.
 - **collectives**: without attention DP, two all-reduces per layer over TP of T × hidden × 2 B
   (ring volume 2(n−1)/n); with attention DP, an all-reduce inside each attention-TP group plus an
   all-gather and a reduce-scatter around the MLP, or (expert parallelism with attention DP, or a
@@ -77,7 +80,7 @@ from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
 from tokenmill.perf.batch import BatchShape, PrefillWork
 from tokenmill.perf.params import PerfParams
-from tokenmill.plan.cache_sizes import DSPARK_DRAFT_PARAMS, cache_sizes
+from tokenmill.plan.cache_sizes import DSPARK_DRAFT_PARAMS, cache_sizes, mla_layer_bytes
 from tokenmill.plan.layout import Layout
 from tokenmill.plan.weights import shard_divisor
 from tokenmill.spec.formats import WeightFormat
@@ -288,6 +291,13 @@ def _peak(gpu: GPU, fmt: WeightFormat) -> float:
 _WIDTH = {"bf16": 0, "fp16": 0, "fp8": 1, "fp4": 2}
 
 
+def _clipped_pairs(new_tokens: int, context: int, topk: int) -> float:
+    """Query-key pairs of a chunk of ``new_tokens`` after ``context`` cached ones when each query
+    attends to at most ``topk`` keys (its causal prefix while that is shorter)."""
+    below = max(0, min(new_tokens, topk - context))  # queries whose prefix is still ≤ topk
+    return below * context + below * (below + 1) / 2 + (new_tokens - below) * topk
+
+
 def _lpt_max(lengths: list[int], ranks: int) -> int:
     """The busiest rank's tokens when items go, longest first, to the least loaded rank."""
     if ranks <= 1 or not lengths:
@@ -323,6 +333,9 @@ class CostModel:
         self._ffn_layers = sum(1 for x in model.layers if x.ffn is not None)
         self._dense_ffn_layers = sum(1 for x in model.layers if x.ffn is FfnKind.DENSE)
         self._mla_layers = len(model.layers_with(MixerKind.MLA))
+        self._mla_sparse = model.mla is not None and model.mla.sparse
+        self._mla_topk = 0
+        self._mla_index_flops = 0.0
         self._gqa_layers = len(model.layers_with(MixerKind.GQA))
         self._swa_layers = len(model.layers_with(MixerKind.SWA))
         self._linear_layers = len(model.linear_layers)
@@ -346,6 +359,14 @@ class CostModel:
             self._mla_qkv = g.qk_nope_head_dim + g.qk_rope_head_dim + g.v_head_dim
             self._mla_expand = g.kv_lora_rank * (g.qk_nope_head_dim + g.v_head_dim)
             self._mla_dec = g.cache_width + g.kv_lora_rank
+            # bytes a token's latent (and, under sparse attention, its indexer key) takes per layer
+            self._mla_latent_b, self._mla_index_b = mla_layer_bytes(g, kv_b)
+            self._mla_topk = g.index_topk
+            # the indexer's FP8 dot products (index heads × dim per cached token, replicated over
+            # attention TP) in seconds of the 16-bit peak the attention terms are divided by
+            fp8 = gpu.dense_flops.get("fp8")
+            rate = gpu.flops("bf16") / fp8 if fp8 else 1.0
+            self._mla_index_flops = 2.0 * g.index_heads * g.index_head_dim * rate
         if model.gqa is not None:
             q = model.gqa
             self._gqa_heads = q.num_heads / attn_tp
@@ -437,11 +458,13 @@ class CostModel:
         chunked form, as a padded implementation computes them)."""
         pre_f = pre_b = 0.0
         if self.model.mla is not None and self._mla_layers:
-            n, h = self._mla_layers, self._mla_heads
+            n, h, topk = self._mla_layers, self._mla_heads, self._mla_topk
             for w in pre:
                 pairs = w.new_tokens * w.context + w.new_tokens * (w.new_tokens + 1) / 2
-                pre_f += n * 2.0 * h * (pairs * self._mla_qkv + w.context * self._mla_expand)
-                pre_b += n * w.context * self._mla_width * self._kv_b
+                attended = pairs if not topk else _clipped_pairs(w.new_tokens, w.context, topk)
+                pre_f += n * 2.0 * h * (attended * self._mla_qkv + w.context * self._mla_expand)
+                pre_f += n * self._mla_index_flops * pairs  # the indexer scores every causal pair
+                pre_b += n * w.context * (self._mla_latent_b + self._mla_index_b)
         if self.model.gqa is not None and (self._gqa_layers or self._swa_layers):
             h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
             for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
@@ -468,7 +491,7 @@ class CostModel:
     def linear_in_context(self) -> bool:
         """Whether a decode step's demands depend on its contexts only through their sum (no
         sliding window clips them), so a ``DecodeSum`` describes a decode batch exactly."""
-        return not self._swa_layers
+        return not self._swa_layers and not self._mla_sparse
 
     def features(self, shape: BatchShape) -> Features:
         """Resource demands of one step (see the module docstring); zeros for an empty batch."""
@@ -488,8 +511,10 @@ class CostModel:
             ctx_tok += d.context * d.tokens
         agg = shape.decode_sum
         if agg is not None:
-            if self._swa_layers:
-                raise TokenmillError("a sliding-window model's decode cost needs each context, not their sum")
+            if not self.linear_in_context:
+                raise TokenmillError(
+                    "a sliding-window or sparse-attention model's decode cost needs each context, not their sum"
+                )
             n_dec += agg.count
             dec_tokens += agg.count * agg.tokens
             ctx_sum += agg.context_sum
@@ -534,8 +559,12 @@ class CostModel:
         if self.model.mla is not None and self._mla_layers:
             n = self._mla_layers
             h = self._mla_heads
-            dec_f += n * 2.0 * h * self._mla_dec * ctx_tok
-            dec_b += n * self._mla_width * self._kv_b * ctx_sum / dcp
+            topk = self._mla_topk
+            # sparse attention: each query reads its top-k tokens' latents, the indexer every key
+            a_tok = sum(min(d.context, topk) * d.tokens for d in dec) if topk else ctx_tok
+            a_sum = sum(min(d.context, topk) for d in dec) if topk else ctx_sum
+            dec_f += n * (2.0 * h * self._mla_dec * a_tok + self._mla_index_flops * ctx_tok)
+            dec_b += n * (self._mla_latent_b * a_sum + self._mla_index_b * ctx_sum) / dcp
         if self.model.gqa is not None and (self._gqa_layers or self._swa_layers):
             h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
             for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):

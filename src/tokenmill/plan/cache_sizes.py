@@ -4,7 +4,8 @@
 - State slot (``KimiLinearStateShape``/``Mamba2StateShape``): per linear layer, the recurrent state
   (heads/attn-TP × d_k × d_v × ssm bytes) plus the conv window ((K−1) × conv channels/attn-TP ×
   2 B). Attention TP divides it; DCP and EP do not.
-- KV cell: MLA caches kv_lora + rope values per layer, replicated over TP; GQA caches 2 × KV heads
+- KV cell: MLA caches kv_lora + rope values per layer, replicated over TP (with DeepSeek Sparse
+  Attention, FlashMLA's FP8 layout and the indexer's keys beside it); GQA caches 2 × KV heads
   × head_dim, down to one KV head per GPU. DCP stripes tokens, so each GPU pays cell / DCP per
   logical token. Sliding-window layers are weighted by SGLang's ``swa_full_tokens_ratio`` (0.8).
 - Draft KV under speculation: DSPARK keeps its own cache, ~1,400 B per token, replicated (the
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from tokenmill.plan.layout import Layout, PrefixCache
 from tokenmill.plan.weights import stage_layers
-from tokenmill.spec.model import MixerKind, ModelSpec
+from tokenmill.spec.model import MixerKind, MLAGeometry, ModelSpec
 
 CONV_STATE_BYTES = 2  # SGLANG_MAMBA_CONV_DTYPE default bf16
 DSPARK_DRAFT_KV_BYTES = 1400  # per token, cookbook calculator (RadixArk/Kimi-K3-DSpark)
@@ -86,13 +87,28 @@ def state_slot_parts(model: ModelSpec, layout: Layout) -> tuple[int, int, int]:
     return n * matrix, n * conv, n
 
 
+def mla_layer_bytes(g: MLAGeometry, kv_dtype_bytes: int) -> tuple[int, int]:
+    """(latent cache, indexer cache) bytes per token of one MLA layer. Dense MLA caches its 576
+    values in the KV dtype. Under DeepSeek Sparse Attention SGLang's NSA pool stores an FP8 cache
+    as 656 bytes (the 512 latent values in FP8, one FP32 scale per 128 of them, the 64 rope values
+    in BF16: FlashMLA's sparse layout) and a 16-bit one as 576 × 2, and beside it the indexer's FP8
+    keys with their scales (``MLAGeometry.index_cache_bytes``: 132 B)."""
+    if not g.sparse:
+        return g.cache_width * kv_dtype_bytes, 0
+    if kv_dtype_bytes == 1:
+        latent = g.kv_lora_rank + 4 * -(-g.kv_lora_rank // 128) + 2 * g.qk_rope_head_dim
+    else:
+        latent = g.cache_width * kv_dtype_bytes
+    return latent, g.index_cache_bytes
+
+
 def kv_cell_bytes(model: ModelSpec, layout: Layout) -> tuple[int, int]:
     """(bytes per token on one GPU before DCP, full-attention layers on that GPU)."""
     b = layout.kv_cache_dtype.nbytes
     pp = layout.pp
     if model.mla is not None:
         n = _local_count(model.layers_with(MixerKind.MLA), model, pp)
-        return model.mla.cache_width * n * b, n
+        return sum(mla_layer_bytes(model.mla, b)) * n, n
     if model.gqa is None:
         return 0, 0
     g = model.gqa

@@ -134,6 +134,15 @@ def mla(b: InventoryBuilder, layers: tuple[int, ...], hidden: int, m: MLAGeometr
     b.add(_lp("{i}", "self_attn.o_proj"), kind, (hidden, m.num_heads * m.v_head_dim), A, layers)
     if m.output_gate:
         b.add(_lp("{i}", "self_attn.g_proj"), kind, (m.num_heads * m.v_head_dim, hidden), A, layers)
+    if m.sparse:
+        # DeepSeek-V3.2's lightning indexer, ReplicatedLinear in SGLang and vLLM (every attention
+        # rank scores its own tokens against the whole cache); its head weights stay 16-bit
+        ix, width = "self_attn.indexer.", m.index_heads * m.index_head_dim
+        b.add(_lp("{i}", ix + "wq_b"), kind, (width, m.q_lora_rank or hidden), R, layers)
+        b.add(_lp("{i}", ix + "wk"), kind, (m.index_head_dim, hidden), R, layers)
+        b.add(_lp("{i}", ix + "k_norm.weight"), kind, (m.index_head_dim,), R, layers, linear=False)
+        b.add(_lp("{i}", ix + "k_norm.bias"), kind, (m.index_head_dim,), R, layers, linear=False)
+        b.add(_lp("{i}", ix + "weights_proj"), kind, (m.index_heads, hidden), R, layers, linear=False)
 
 
 def kda(b: InventoryBuilder, layers: tuple[int, ...], hidden: int, lin: LinearAttentionGeometry) -> None:

@@ -1,9 +1,9 @@
 """One parser per model family: read a ``config.json`` into layers, geometry and tensors.
 
 Families: dense GQA (llama, qwen2/3, mistral), MoE GQA (qwen3_moe, gpt_oss, minimax_m2, mixtral,
-glm4_moe), MLA + MoE
-(deepseek_v2/v3, kimi_k2), KDA + MLA + MoE (kimi_linear, kimi_k3), Mamba hybrids (nemotron_h) and
-Gated-DeltaNet hybrids (qwen3_next, qwen3_5_moe).
+glm4_moe), MLA + MoE (deepseek_v2/v3, kimi_k2; deepseek_v32 with sparse attention's indexer),
+KDA + MLA + MoE (kimi_linear, kimi_k3), Mamba hybrids (nemotron_h) and Gated-DeltaNet hybrids
+(qwen3_next, qwen3_5_moe).
 """
 
 from __future__ import annotations
@@ -276,6 +276,7 @@ def parse_glm4_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
 
 
 def _mla_geometry(r: ConfigReader, output_gate: bool = False, use_rope: bool = True) -> MLAGeometry:
+    sparse = r.model_type == "deepseek_v32"
     return MLAGeometry(
         num_heads=r.pos_int("num_attention_heads"),
         q_lora_rank=r.opt_int("q_lora_rank"),
@@ -285,6 +286,9 @@ def _mla_geometry(r: ConfigReader, output_gate: bool = False, use_rope: bool = T
         v_head_dim=r.pos_int("v_head_dim"),
         output_gate=output_gate,
         use_rope=use_rope,
+        index_topk=r.pos_int("index_topk") if sparse else 0,
+        index_heads=r.pos_int("index_n_heads") if sparse else 0,
+        index_head_dim=r.pos_int("index_head_dim") if sparse else 0,
     )
 
 
@@ -296,8 +300,10 @@ def _moe_flags(r: ConfigReader, n_layers: int) -> list[bool]:
 
 
 def parse_deepseek(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
-    """deepseek_v2/v3, kimi_k2: MLA in every layer, dense MLP in the first k layers, MoE with shared
-    experts after. The MTP (nextn) layers are not counted: SGLang loads them only for speculation."""
+    """deepseek_v2/v3/v32, kimi_k2: MLA in every layer, dense MLP in the first k layers, MoE with
+    shared experts after. DeepSeek-V3.2 (deepseek_v32) adds DeepSeek Sparse Attention's indexer to
+    each MLA layer (``index_topk``, ``index_n_heads``, ``index_head_dim``). The MTP (nextn) layers
+    are not counted: SGLang loads them only for speculation."""
     hidden, vocab, n_layers, tie, max_ctx = _common(r)
     mla_g = _mla_geometry(r)
     flags = _moe_flags(r, n_layers)
@@ -641,6 +647,7 @@ PARSERS: dict[str, Parser] = {
     "glm4_moe": parse_glm4_moe,
     "deepseek_v2": parse_deepseek,
     "deepseek_v3": parse_deepseek,
+    "deepseek_v32": parse_deepseek,
     "kimi_k2": parse_deepseek,
     "kimi_linear": parse_kimi_linear,
     "nemotron_h": parse_nemotron_h,

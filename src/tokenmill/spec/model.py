@@ -68,11 +68,28 @@ class MLAGeometry:
     v_head_dim: int
     output_gate: bool = False
     use_rope: bool = True
+    # DeepSeek Sparse Attention (DeepSeek-V3.2): a lightning indexer of ``index_heads`` ×
+    # ``index_head_dim`` scores every cached token and each query attends to the ``index_topk``
+    # best; 0: dense MLA
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
 
     @property
     def cache_width(self) -> int:
         """Values cached per token per layer: the latent plus the shared rope key (576 for K3)."""
         return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def sparse(self) -> bool:
+        """Whether a query attends to the indexer's top-k tokens rather than to all of them."""
+        return self.index_topk > 0
+
+    @property
+    def index_cache_bytes(self) -> int:
+        """The indexer's key cache per token per layer: FP8 keys and one FP32 scale per 128 of
+        them (132 B at DeepSeek-V3.2's 128 dimensions; SGLang's and vLLM's indexer caches)."""
+        return self.index_head_dim + 4 * -(-self.index_head_dim // 128) if self.sparse else 0
 
 
 @dataclass(frozen=True, slots=True)
