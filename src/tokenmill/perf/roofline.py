@@ -355,7 +355,6 @@ class CostModel:
         if model.mla is not None:
             g = model.mla
             self._mla_heads = g.num_heads / attn_tp
-            self._mla_width = g.cache_width
             self._mla_qkv = g.qk_nope_head_dim + g.qk_rope_head_dim + g.v_head_dim
             self._mla_expand = g.kv_lora_rank * (g.qk_nope_head_dim + g.v_head_dim)
             self._mla_dec = g.cache_width + g.kv_lora_rank

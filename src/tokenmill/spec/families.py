@@ -170,6 +170,12 @@ def parse_gpt_oss(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any])
     return Parsed("moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m)
 
 
+#: Mixtral's MoE block (w1 gate, w3 up, w2 down), which MiniMax's models kept
+_BLOCK_SPARSE_MOE = bld.MoENames(
+    router="block_sparse_moe.gate", experts="block_sparse_moe.experts.{e}", gate="w1", up="w3", down="w2"
+)
+
+
 def parse_minimax_m2(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
     """minimax_m2 (MiniMax-M2/M2.5): GQA with per-layer q/k norms over all heads; every layer MoE
     (block_sparse_moe, w1/w3/w2). The MTP modules are not loaded for serving and are left out."""
@@ -187,10 +193,7 @@ def parse_minimax_m2(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, An
     bld.embeddings(b, vocab, hidden, tie)
     qk = "full" if r.get_bool("use_qk_norm", False) else None
     bld.gqa(b, all_layers, hidden, g, qk_norm=qk)
-    names = bld.MoENames(
-        router="block_sparse_moe.gate", experts="block_sparse_moe.experts.{e}", gate="w1", up="w3", down="w2"
-    )
-    bld.moe(b, all_layers, hidden, m, names)
+    bld.moe(b, all_layers, hidden, m, _BLOCK_SPARSE_MOE)
     _layer_norms(b, n_layers, hidden)
     layers = [Layer(i, MixerKind.GQA, FfnKind.MOE) for i in all_layers]
     notes = (
@@ -217,10 +220,7 @@ def parse_mixtral(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any])
     all_layers = tuple(range(n_layers))
     bld.embeddings(b, vocab, hidden, tie)
     bld.gqa(b, all_layers, hidden, g)
-    names = bld.MoENames(
-        router="block_sparse_moe.gate", experts="block_sparse_moe.experts.{e}", gate="w1", up="w3", down="w2"
-    )
-    bld.moe(b, all_layers, hidden, m, names)
+    bld.moe(b, all_layers, hidden, m, _BLOCK_SPARSE_MOE)
     _layer_norms(b, n_layers, hidden)
     mixer = MixerKind.SWA if sliding else MixerKind.GQA
     layers = [Layer(i, mixer, FfnKind.MOE) for i in all_layers]
