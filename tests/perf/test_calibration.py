@@ -38,19 +38,23 @@ def test_shipped_constants_load_and_fall_back_with_notes() -> None:
     assert amd_params.matmul_efficiency != PerfParams().matmul_efficiency
 
 
+#: One GPU's fitted constants, for tables built by hand
+GPU_CONSTANTS = {
+    "matmul_efficiency": 0.5,
+    "moe_matmul_efficiency": 0.2,
+    "fp4_matmul_ratio": 0.3,
+    "attention_efficiency": 0.4,
+    "weight_bandwidth_efficiency": 0.6,
+    "collective_latency_s": 10e-6,
+}
+
+
 def test_a_gpu_outside_the_table_takes_its_siblings_die_and_the_gpus_medians() -> None:
     """MI355X (CDNA 4) has no fitted GPU of its architecture: each per-GPU constant is the median
     over the fitted GPUs, the 4-bit ratio over those with a 4-bit peak (B200, B300, not H100).
     GB300 has one (B300): its kernel efficiencies are B300's, its weight bandwidth and collective
     latency (fitted per GPU alone) the medians."""
-    gpu = {
-        "matmul_efficiency": 0.5,
-        "moe_matmul_efficiency": 0.2,
-        "fp4_matmul_ratio": 0.1,
-        "attention_efficiency": 0.4,
-        "weight_bandwidth_efficiency": 0.6,
-        "collective_latency_s": 10e-6,
-    }
+    gpu = {**GPU_CONSTANTS, "fp4_matmul_ratio": 0.1}
     table = ParamTable(
         gpus={
             "h100": gpu,
@@ -90,14 +94,7 @@ def test_hopper_variants_borrow_a_fitted_hoppers_die_and_other_generations_the_m
     efficiencies are the first fitted Hopper's (H100, by name), their memory's and links' the
     fitted GPUs' medians. A100 (Ampere) and MI300X (CDNA 3) share no die with a fitted GPU: every
     per-GPU constant is a median, and the note says so."""
-    gpu = {
-        "matmul_efficiency": 0.5,
-        "moe_matmul_efficiency": 0.2,
-        "fp4_matmul_ratio": 0.3,
-        "attention_efficiency": 0.4,
-        "weight_bandwidth_efficiency": 0.6,
-        "collective_latency_s": 10e-6,
-    }
+    gpu = dict(GPU_CONSTANTS)
     table = ParamTable(
         gpus={
             "h100": gpu,
@@ -463,14 +460,7 @@ def test_a_refit_on_a_gpu_the_start_does_not_hold_starts_where_predict_puts_it()
     gives that GPU, not from the priors: with every constant pinned but one engine constant, the
     GPU's written constants are those ``resolve`` gave it, where they used to be the priors (a
     grouped-GEMM efficiency of 0.45 where the fitted GPUs' median is 0.2)."""
-    gpu = {
-        "matmul_efficiency": 0.5,
-        "moe_matmul_efficiency": 0.2,
-        "fp4_matmul_ratio": 0.3,
-        "attention_efficiency": 0.4,
-        "weight_bandwidth_efficiency": 0.6,
-        "collective_latency_s": 10e-6,
-    }
+    gpu = dict(GPU_CONSTANTS)
     start = ParamTable(gpus={"h100": gpu, "h200": {**gpu, "weight_bandwidth_efficiency": 0.8}})
     resolved = start.gpu_values("h800")
     assert resolved == {**gpu, "weight_bandwidth_efficiency": 0.7}  # the median of 0.6 and 0.8

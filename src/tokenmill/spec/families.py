@@ -227,14 +227,13 @@ def parse_mixtral(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any])
     return Parsed("moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m)
 
 
-def parse_glm4_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
-    """glm4_moe (GLM-4.5, GLM-4.5-Air, GLM-4.6): GQA attention with q/k/v biases and, where
-    ``use_qk_norm``, per-head q/k norms; a dense MLP in the first ``first_k_dense_replace`` layers,
-    then MoE with shared experts, DeepSeek's layout and tensor names. Half the head dimension is
-    rotary (``partial_rotary_factor``), which costs nothing here. The MTP (nextn) layers are not
-    counted: SGLang loads them only for speculation."""
-    hidden, vocab, n_layers, tie, max_ctx = _common(r)
-    g = _gqa_geometry(r, hidden)
+def _deepseek_ffn(
+    r: ConfigReader, b: bld.InventoryBuilder, n_layers: int, hidden: int
+) -> tuple[list[bool], MoEGeometry, int | None]:
+    """DeepSeek's FFN layout (which GLM-4.5 kept), its tensors added: a dense MLP of
+    ``intermediate_size`` in the first ``first_k_dense_replace`` layers, then routed experts with
+    ``n_shared_experts`` shared ones of the experts' width. (MoE flags, geometry, dense width where
+    a layer is dense.)"""
     flags = _moe_flags(r, n_layers)
     dense, sparse = _ffn_layers(n_layers, flags)
     n_shared = r.get_int("n_shared_experts", 0)
@@ -248,16 +247,33 @@ def parse_glm4_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
         shared_intermediate_size=n_shared * moe_inter,
     )
     inter = r.pos_int("intermediate_size")
+    bld.dense_mlp(b, dense, hidden, inter)
+    bld.moe(b, sparse, hidden, m)
+    return flags, m, inter if dense else None
+
+
+def _nextn(r: ConfigReader) -> tuple[int, list[str]]:
+    """The MTP (nextn) layers a config declares, and the note that they are not counted."""
+    nextn = r.get_int("num_nextn_predict_layers", 0)
+    return nextn, [f"{nextn} MTP layer(s) not counted (loaded only with --speculative mtp)"] if nextn else []
+
+
+def parse_glm4_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
+    """glm4_moe (GLM-4.5, GLM-4.5-Air, GLM-4.6): GQA attention with q/k/v biases and, where
+    ``use_qk_norm``, per-head q/k norms; a dense MLP in the first ``first_k_dense_replace`` layers,
+    then MoE with shared experts, DeepSeek's layout and tensor names. Half the head dimension is
+    rotary (``partial_rotary_factor``), which costs nothing here. The MTP (nextn) layers are not
+    counted: SGLang loads them only for speculation."""
+    hidden, vocab, n_layers, tie, max_ctx = _common(r)
+    g = _gqa_geometry(r, hidden)
     all_layers = tuple(range(n_layers))
     bld.embeddings(b, vocab, hidden, tie)
     qk = "head" if r.get_bool("use_qk_norm", False) else None
     bld.gqa(b, all_layers, hidden, g, qkv_bias=r.get_bool("attention_bias", False), qk_norm=qk)
-    bld.dense_mlp(b, dense, hidden, inter)
-    bld.moe(b, sparse, hidden, m)
+    flags, m, inter = _deepseek_ffn(r, b, n_layers, hidden)
     _layer_norms(b, n_layers, hidden)
     layers = [Layer(i, MixerKind.GQA, FfnKind.MOE if flags[i] else FfnKind.DENSE) for i in all_layers]
-    nextn = r.get_int("num_nextn_predict_layers", 0)
-    notes = [f"{nextn} MTP layer(s) not counted (loaded only with --speculative mtp)"] if nextn else []
+    nextn, notes = _nextn(r)
     return Parsed(
         "moe_gqa",
         hidden,
@@ -266,7 +282,7 @@ def parse_glm4_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
         max_ctx,
         gqa=g,
         moe=m,
-        dense_intermediate=inter if dense else None,
+        dense_intermediate=inter,
         num_nextn_layers=nextn,
         notes=notes,
     )
@@ -306,28 +322,13 @@ def parse_deepseek(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
     are not counted: SGLang loads them only for speculation."""
     hidden, vocab, n_layers, tie, max_ctx = _common(r)
     mla_g = _mla_geometry(r)
-    flags = _moe_flags(r, n_layers)
-    dense, sparse = _ffn_layers(n_layers, flags)
-    n_shared = r.get_int("n_shared_experts", 0)
-    moe_inter = r.pos_int("moe_intermediate_size")
-    m = MoEGeometry(
-        num_experts=r.pos_int("n_routed_experts"),
-        experts_per_token=r.pos_int("num_experts_per_tok"),
-        intermediate_size=moe_inter,
-        expert_input_dim=hidden,
-        num_shared_experts=n_shared,
-        shared_intermediate_size=n_shared * moe_inter,
-    )
-    inter = r.pos_int("intermediate_size")
     all_layers = tuple(range(n_layers))
     bld.embeddings(b, vocab, hidden, tie)
     bld.mla(b, all_layers, hidden, mla_g)
-    bld.dense_mlp(b, dense, hidden, inter)
-    bld.moe(b, sparse, hidden, m)
+    flags, m, inter = _deepseek_ffn(r, b, n_layers, hidden)
     _layer_norms(b, n_layers, hidden)
     layers = [Layer(i, MixerKind.MLA, FfnKind.MOE if flags[i] else FfnKind.DENSE) for i in all_layers]
-    nextn = r.get_int("num_nextn_predict_layers", 0)
-    notes = [f"{nextn} MTP layer(s) not counted (loaded only with --speculative mtp)"] if nextn else []
+    nextn, notes = _nextn(r)
     return Parsed(
         "mla_moe",
         hidden,
