@@ -10,7 +10,7 @@ from typing import Any
 
 from tokenmill.errors import TokenmillError
 from tokenmill.jsonfile import read_json_object
-from tokenmill.paths import path_exists, path_is_dir
+from tokenmill.paths import hf_cached_config, hf_hub_cache, path_exists, path_is_dir
 from tokenmill.spec.builders import InventoryBuilder
 from tokenmill.spec.config_reader import ConfigReader
 from tokenmill.spec.families import PARSERS
@@ -95,7 +95,8 @@ def load_model(
     expert_format: WeightFormat | str | None = None,
     weight_format: str | None = None,
 ) -> ModelSpec:
-    """A preset name (``kimi-k3``), a path to a ``config.json``, or a directory holding one.
+    """A preset name (``kimi-k3``), a path to a ``config.json``, a directory holding one, or a
+    Hugging Face id whose config the local hub cache holds (``paths.hf_cached_config``).
 
     ``weight_format`` serves the linear weights in another format (``spec.requantize``: bf16, fp8,
     fp8_block, nvfp4, as the calibration file's ``gemm_quant_mode``); ``expert_format`` then sets the
@@ -114,14 +115,20 @@ def load_model(
         path = Path(ref)
         if path_is_dir(path):
             path = path / "config.json"
-        if not path_exists(path):
+        cached = None if path_exists(path) else hf_cached_config(ref)
+        if cached is not None:
+            path = cached
+        elif not path_exists(path):
             known = ", ".join(sorted(PRESETS))
             raise TokenmillError(
                 f"--model {ref!r} is neither a preset ({known}), a preset's Hugging Face id, "
-                "nor a config.json path or model directory"
+                f"a config.json path or model directory, nor a model in the Hugging Face cache ({hf_hub_cache()})"
             )
         config = read_json_object(path)
-        name = path.parent.name if path.name == "config.json" else path.stem.removesuffix("_config")
+        if cached is not None:  # a snapshot's folder is a commit hash: the model is the repository's name
+            name = ref.strip().split("/")[1]
+        else:
+            name = path.parent.name if path.name == "config.json" else path.stem.removesuffix("_config")
         source = str(path)
     formats = requantize(config, gemm)
     spec = model_from_config(formats.config, name, source, fmt or formats.expert_format, preset)
