@@ -1360,6 +1360,45 @@ def test_a_compared_weight_format_is_predicted_as_that_format_alone(capsys: pyte
     assert any(n.startswith("TP2 fp8-KV fp8-weights: weights sized as fp8") for n in notes)
 
 
+def test_a_compared_gpu_is_predicted_as_that_gpu_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--compare gpu=a100`: Llama-3.1-70B TP4 on H100 against A100 (2.04 against 3.35 TB/s, 312
+    against 989 BF16 TFLOP/s) and H20 (4.0 TB/s, 148 TFLOP/s): each layout as `predict --gpu`
+    gives it alone, each with its GPU's constants and error band, the A100 slower in both first
+    token and decode, the H20's first token the slowest of the three."""
+    base = ("predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--gpus", "4", "--backend", "vllm")
+    base += ("--isl", "1024", "--osl", "256")
+    got = cli_json(capsys, *base, "--concurrency", "1,16", "--compare", "gpu=a100", "--compare", "gpu=h20", "--json")
+    layouts = {x["name"]: x["points"] for x in got["layouts"]}
+    assert list(layouts) == ["TP4 on h100", "TP4 on a100", "TP4 on h20"]
+    for name, points in layouts.items():
+        gpu = name.rsplit(" ", 1)[1]
+        for p in points:
+            alone = cli_json(capsys, *base[:4], gpu, *base[5:], "--concurrency", str(p["concurrency"]), "--json")
+            assert (p["gpu"], p["ttft_ms"], p["tpot_ms"]) == (gpu, alone["ttft_ms"], alone["tpot_ms"])
+            assert p["accuracy"] == alone["accuracy"]
+    h100, a100, h20 = (layouts[f"TP4 on {g}"][0] for g in ("h100", "a100", "h20"))
+    assert a100["tpot_ms"] > 1.3 * h100["tpot_ms"] and a100["ttft_ms"] > h100["ttft_ms"]
+    assert h20["ttft_ms"] > max(a100["ttft_ms"], h100["ttft_ms"])
+    assert (h100["accuracy"]["held_out_of"], a100["accuracy"]["held_out_of"]) == (None, "architecture")
+    assert h20["accuracy"]["held_out_of"] == "gpu"
+
+
+@pytest.mark.parametrize(
+    ("compare", "message"),
+    [
+        ("gpu=a10g", "error: --compare 'gpu=a10g': unknown GPU 'a10g'"),
+        ("gpu=mi300x", "error: --compare 'TP4 on mi300x': --backend trtllm runs on nvidia GPUs only"),
+        ("gpu=l40s,gpus=2,tp=2", "error: layout 'TP2 on l40s': does not fit"),
+    ],
+)
+def test_a_compared_gpu_that_cannot_run_it_is_one_line(
+    capsys: pytest.CaptureFixture[str], compare: str, message: str
+) -> None:
+    argv = ("predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--gpus", "4", "--backend", "trtllm")
+    code, out, err = cli(capsys, *argv, "--compare", compare)
+    assert code == 2 and out == "" and err.startswith(message) and err.count("\n") == 1, err
+
+
 def test_sweep_has_no_weight_format_to_compare(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ("sweep", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--rates", "1")
     code, out, err = cli(capsys, *argv, "--compare", "weight-format=fp8")

@@ -8,7 +8,9 @@ the base: the layout flags, the workers and the decode worker's sizes; ``decode-
 it aggregated. So the question the seeds ask of a rack, whether splitting prefill from decoding
 pays at the same GPUs, is one command: ``--gpus 16 --compare
 gpus=8,prefill-workers=1,decode-workers=1``. ``weight-format=F`` serves the same checkpoint's
-linear weights in another format (``--weight-format``): FP8 against NVFP4 is one command too.
+linear weights in another format (``--weight-format``): FP8 against NVFP4 is one command too, and
+``gpu=G`` runs it on another GPU of the catalog (A100 against H100 against MI300X, each with its
+own constants and band), with ``gpus=N`` where it needs another count.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ DECODE_LAYOUT_KEYS = ITEM_KEYS
 WORKER_KEYS = ("prefill-workers", "decode-workers", "decode-gpus")
 #: ``--compare`` key of the model's weight format (predict only): the model it names is loaded anew.
 FORMAT_KEY = "weight-format"
+#: ``--compare`` key of the GPU (predict only): the deployment on another GPU of the catalog.
+GPU_KEY = "gpu"
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,7 @@ def _split(item: str) -> tuple[dict[str, str], str]:
     for part in filter(None, (s.strip() for s in item.split(","))):
         key, sep, value = part.partition("=")
         key = key.strip().lstrip("-").replace("_", "-")
-        if sep and (key in WORKER_KEYS or key == FORMAT_KEY or key.startswith("decode-")):
+        if sep and (key in WORKER_KEYS or key in (FORMAT_KEY, GPU_KEY) or key.startswith("decode-")):
             workers[key] = value.strip()
         else:
             rest.append(part)
@@ -148,7 +152,9 @@ def compared(
     """The base and one deployment per ``--compare`` item, named by ``--label`` (in order) or their
     description (with the item where that repeats an earlier name); more labels than deployments,
     two with one name, or an item a deployment cannot be built from is a one-line error naming it.
-    ``model_in`` loads the model with another weight format (a ``weight-format`` item)."""
+    ``model_in`` loads the model with another weight format (a ``weight-format`` item); a ``gpu``
+    item plans it on that GPU."""
+    from tokenmill.hardware import load_gpu
     from tokenmill.perf.predict import check_disaggregated
     from tokenmill.plan import plan_memory
 
@@ -165,7 +171,13 @@ def compared(
                 model = model_in(given.pop(FORMAT_KEY))
             except TokenmillError as exc:
                 raise TokenmillError(f"--compare {item!r}: {exc}") from None
-        plan = plan_memory(model, base.plan.gpu, n, layout)
+        gpu = base.plan.gpu
+        if GPU_KEY in given:
+            try:
+                gpu = load_gpu(given.pop(GPU_KEY))
+            except TokenmillError as exc:
+                raise TokenmillError(f"--compare {item!r}: {exc}") from None
+        plan = plan_memory(model, gpu, n, layout)
         d = _count(item, "decode-workers", given.pop("decode-workers"), 0) if "decode-workers" in given else None
         d = base.decode_workers if d is None else d
         p = _count(item, "prefill-workers", given.pop("prefill-workers"), 1) if "prefill-workers" in given else None
@@ -182,7 +194,10 @@ def compared(
         dgpus = dg if dg is not None else (base_decode_gpus if base.decode is not None else n)
         prefill_workers = p if p is not None else base.prefill_workers
         out.append(Deployment("", plan, decode_plan(plan, changes, dgpus, f"--compare {item!r}"), prefill_workers, d))
-    names = layout_names([d.describe() for d in out], compare, label)
+    # on several GPUs, each layout says which
+    gpus_differ = len({d.plan.gpu.name for d in out}) > 1
+    described = [d.describe() + (f" on {d.plan.gpu.name}" if gpus_differ else "") for d in out]
+    names = layout_names(described, compare, label)
     result = [d.named(name) for name, d in zip(names, out, strict=True)]
     for dep in result[1:]:
         try:

@@ -98,8 +98,8 @@ def predict(
         typer.Option(
             "--compare",
             help="Another layout to predict beside this one: 'dcp=8,pool-ratio=8.82', or disaggregated: "
-            "'gpus=8,prefill-workers=1,decode-workers=1,decode-tp=8', or in another format: "
-            "'weight-format=nvfp4' (repeatable).",
+            "'gpus=8,prefill-workers=1,decode-workers=1,decode-tp=8', in another format: "
+            "'weight-format=nvfp4', or on another GPU: 'gpu=a100,gpus=8' (repeatable).",
         ),
     ] = None,
     label: Annotated[
@@ -140,8 +140,9 @@ def predict(
     With several concurrencies (``--concurrency 1,4,16,64``) it predicts each and prints the curve:
     per-GPU throughput against each user's tokens per second, the trade a deployment is chosen on.
     ``--compare`` predicts other layouts beside the base, as ``sweep`` does, aggregated or
-    disaggregated (``prefill-workers``, ``decode-workers``, ``decode-gpus``, ``decode-KEY``), or
-    the weights in another format (``weight-format``).
+    disaggregated (``prefill-workers``, ``decode-workers``, ``decode-gpus``, ``decode-KEY``), the
+    weights in another format (``weight-format``), or on another GPU (``gpu``, each with its own
+    constants and error band).
     ``--slo-ttft-ms``/``--slo-tpot-ms`` mark the points whose mean TTFT and TPOT meet the target
     and name, per layout, the one with the most output per GPU among them."""
     from tokenmill.cli.deployments import Deployment, base_deployment, compared
@@ -185,25 +186,35 @@ def predict(
     speculating = [(dep.plan if dep.decode is None else dep.decode).layout.speculative.enabled for dep in named]
     if accept_length is not None and len(named) > 1 and not any(speculating):
         raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
-    params, notes = load_table(params_file).resolve(plan.gpu.name, b, backend_version)
+    for dep in named[1:]:  # a compared deployment on another GPU (--compare gpu=G) must run this engine
+        check_engine_runs_on(b, dep.plan.gpu, f"--compare {dep.name!r}: --backend")
+    table = load_table(params_file)
     # what --weight-format changed, once, or per deployment where the compared ones differ
     formats = [(dep.name, dep.plan.model.requantized) for dep in named if dep.plan.model.requantized]
     if len({dep.plan.model.requantized for dep in named}) == 1:
         formats = [("", note) for _, note in formats[:1]]
-    notes = [f"{name}: {note}" if name else note for name, note in formats] + list(notes)
-    if set_:  # the error band measures the fitted constants: none for a what-if
-        params, note = override(params, set_)
-        notes.append(note)
-        band, held_out = None, None
-        band_note = "no error band: it measures the fitted constants, and --set changed them"
-    else:
+    format_notes = [f"{name}: {note}" if name else note for name, note in formats]
+
+    def constants(gpu_name: str) -> tuple[Any, list[str], Any, str, str | None]:
+        """The constants, notes and error band of a deployment on ``gpu_name``: each GPU its own
+        (``--compare gpu=G`` puts several side by side)."""
+        params, notes = table.resolve(gpu_name, b, backend_version)
+        notes = format_notes + list(notes)
+        if set_:  # the error band measures the fitted constants: none for a what-if
+            params, note = override(params, set_)
+            notes.append(note)
+            return params, notes, None, "no error band: it measures the fitted constants, and --set changed them", None
         band, band_note, held_out = band_for(
-            plan.gpu.name, b, params_file or shipped_path(), model=model_key(plan.model), lengths=(isl, osl)
+            gpu_name, b, params_file or shipped_path(), model=model_key(plan.model), lengths=(isl, osl)
         )
+        return params, notes, band, band_note, held_out
+
+    by_gpu = {name: constants(name) for name in dict.fromkeys(dep.plan.gpu.name for dep in named)}
 
     def point(
         at: Deployment, accept: float | None, level: int, waiting: Callable[[], AbstractContextManager[None]]
     ) -> dict[str, Any]:
+        params, notes, band, band_note, held_out = by_gpu[at.plan.gpu.name]
         if at.decode is not None:
             pred = predict_disaggregated(
                 at.plan,
@@ -268,7 +279,9 @@ def predict(
         at_level = next(p for p in curves[0][1] if p["concurrency"] == run_point.concurrency)
         at_level["measured"] = against_measured(run_point, at_level)
     counts = {curve[0]["gpus"] for _, curve in curves}  # a compared layout may take other GPUs
+    kinds = {curve[0]["gpu"] for _, curve in curves}  # or another kind (--compare gpu=G)
     where = f"{first['gpus']}×{first['gpu']}" if len(counts) == 1 else str(first["gpu"])
+    where = where if len(kinds) == 1 else "/".join(dict.fromkeys(str(curve[0]["gpu"]) for _, curve in curves))
     what = f"{first['model']} {described}" if len(named) == 1 else str(first["model"])
     title = f"{what} on {where} ({b}): ISL {isl:,} OSL {osl:,}"
     written: list[str] = []
@@ -515,11 +528,18 @@ def _print_curve(
                     f"{best['concurrency']:,}, {best['output_throughput_per_gpu']:,.1f} output tok/s per GPU, "
                     f"{best['requests_per_s']:,.2f} requests/s"
                 )
-    acc = curves[0][1][0].get("accuracy")
-    if acc:
+    # the error band, one per GPU where the layouts run on several (--compare gpu=G)
+    first_on: dict[str, dict[str, Any]] = {}
+    for _, curve in curves:
+        first_on.setdefault(str(curve[0]["gpu"]), curve[0])
+    for gpu_name, out in first_on.items():
+        acc = out.get("accuracy")
+        if not acc:
+            continue
         ttft_lo, ttft_hi = acc["ttft_ratio_p10"], acc["ttft_ratio_p90"]
+        on = f"on {gpu_name}: " if len(first_on) > 1 else ""
         console.print(
-            f"80 % of the {'held-out predictions' if acc['held_out'] else 'calibration rows'} like these "
+            f"{on}80 % of the {'held-out predictions' if acc['held_out'] else 'calibration rows'} like these "
             f"measured {ttft_lo:.2f}–{ttft_hi:.2f} × "
             f"their predicted TTFT and {acc['tpot_ratio_p10']:.2f}–{acc['tpot_ratio_p90']:.2f} × their TPOT "
             f"(median errors {100 * acc['ttft_median_ape']:.0f} % and {100 * acc['tpot_median_ape']:.0f} %)"
