@@ -111,6 +111,14 @@ def predict(
     slo_tpot_ms: Annotated[
         float | None, typer.Option("--slo-tpot-ms", help="Target: mean time per output token (marks the points).")
     ] = None,
+    usd_per_gpu_hour: Annotated[
+        str | None,
+        typer.Option(
+            "--usd-per-gpu-hour",
+            help="A GPU-hour's price (rent or TCO), for the cost of a million tokens: 2.5, or per GPU "
+            "with --compare gpu=G: h100=2.1,a100=1.1.",
+        ),
+    ] = None,
     set_: SetOpt = None,
     exact: Annotated[
         bool,
@@ -153,6 +161,7 @@ def predict(
     from tokenmill.perf.predict import predict as run
     from tokenmill.perf.predict import predict_disaggregated
     from tokenmill.perf.replay import check_concurrency
+    from tokenmill.perf.token_cost import parse_prices, usd_per_million_tokens
     from tokenmill.spec import load_model
 
     b = _check_backend(backend)
@@ -188,6 +197,8 @@ def predict(
         raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
     for dep in named[1:]:  # a compared deployment on another GPU (--compare gpu=G) must run this engine
         check_engine_runs_on(b, dep.plan.gpu, f"--compare {dep.name!r}: --backend")
+    prices = parse_prices(usd_per_gpu_hour) if usd_per_gpu_hour is not None else None
+    price_of = {dep.plan.gpu.name: prices.for_gpu(dep.plan.gpu.name) for dep in named} if prices else {}
     table = load_table(params_file)
     # what --weight-format changed, once, or per deployment where the compared ones differ
     formats = [(dep.name, dep.plan.model.requantized) for dep in named if dep.plan.model.requantized]
@@ -248,6 +259,11 @@ def predict(
             }
         if slo is not None:
             out["meets_slo"] = _meets(out, slo)
+        if price_of:
+            price = price_of[at.plan.gpu.name]
+            out["usd_per_gpu_hour"] = price
+            out["usd_per_million_total_tokens"] = usd_per_million_tokens(price, out["total_throughput_per_gpu"])
+            out["usd_per_million_output_tokens"] = usd_per_million_tokens(price, out["output_throughput_per_gpu"])
         out["notes"].append(band_note)
         return out
 
@@ -318,6 +334,10 @@ def predict(
         print(f"wrote {path_name}")
 
 
+def _usd(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.3f}"
+
+
 def _slo_target(ttft_ms: float | None, tpot_ms: float | None) -> dict[str, float | None] | None:
     """The target ``--slo-ttft-ms``/``--slo-tpot-ms`` set (either or both), or None."""
     for flag, value in (("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms)):
@@ -374,8 +394,11 @@ def _print_prediction(out: dict[str, Any], layout: str, slo: dict[str, float | N
             "80 % of held-out rows within" if acc["held_out"] else "80 % of measured rows within", justify="right"
         )
         t.add_column("median error", justify="right")
-    for key in ("ttft_ms", "tpot_ms", "output_throughput_per_gpu", "total_throughput_per_gpu", "requests_per_s"):
-        cells = [key, "—" if out[key] is None else f"{out[key]:,.2f}"]
+    keys = ["ttft_ms", "tpot_ms", "output_throughput_per_gpu", "total_throughput_per_gpu", "requests_per_s"]
+    if "usd_per_gpu_hour" in out:
+        keys += ["usd_per_million_total_tokens", "usd_per_million_output_tokens"]
+    for key in keys:
+        cells = [key, _usd(out[key]) if key.startswith("usd") else "—" if out[key] is None else f"{out[key]:,.2f}"]
         metric = key.split("_")[0]
         if acc and metric in ("ttft", "tpot") and acc[f"{metric}_ms_range_80"] is None:
             cells += ["—", ""]  # no TPOT: one output token
@@ -483,6 +506,7 @@ def _print_curve(
     console = Console()
     several = len(curves) > 1
     counted = len({curve[0]["gpus"] for _, curve in curves}) > 1  # layouts over different GPU counts
+    priced = "usd_per_gpu_hour" in curves[0][1][0]
     t = Table(title=title, show_edge=False)
     columns = (
         "concurrency",
@@ -494,6 +518,7 @@ def _print_curve(
         "total tok/s per GPU",
         "requests/s",
         "decode batch",
+        *(("$ per M tokens (in + out)",) if priced else ()),
         *(("meets target",) if slo is not None else ()),
     )
     lead = ("layout", "GPUs") if counted else ("layout",) if several else ()
@@ -511,6 +536,7 @@ def _print_curve(
                 f"{out['total_throughput_per_gpu']:,.1f}",
                 f"{out['requests_per_s']:,.2f}",
                 f"{out['decode_step']['batch']:,}",
+                *((_usd(out["usd_per_million_total_tokens"]),) if priced else ()),
                 *(("yes" if out["meets_slo"] else "no",) if slo is not None else ()),
             ]
             lead_cells = [name, str(out["gpus"])] if counted else [name] if several else []
