@@ -19,6 +19,10 @@ from tokenmill.core import Request, ScheduledBatch, Scheduler, SchedulerConfig, 
 from tokenmill.core.scheduler import CLIP_MAX_NEW_TOKENS
 from tokenmill.errors import TokenmillError
 
+#: (window, offset) pairs every cohort step's clipped context sums are checked at: windows shorter
+#: than every context, inside the contexts' range and beyond them, and the executor's mid-verify offset
+CLIPS = ((1, 0), (17, 0), (64, 2), (300, 0), (10**6, 1))
+
 
 class Uniform:
     """Every decoding request gains k = the smallest verify width of the step (1 in a step that
@@ -35,6 +39,10 @@ class Uniform:
             widths.append(batch.cohort.tokens)
             contexts += batch.cohort.context_sum
             assert sum(batch.cohort.contexts()) == batch.cohort.context_sum
+            # Σ min(context + offset, window), kept from the members' sorted lengths, against the list
+            listed = batch.cohort.contexts()
+            for window, offset in CLIPS:
+                assert batch.cohort.clipped(window, offset) == sum(min(c + offset, window) for c in listed)
         k = 1 if batch.prefill or not widths else min(widths)
         prefill = tuple((p.request.rid, p.start, p.length, p.last) for p in batch.prefill)
         checkpoints = sorted(d.request.rid for d in batch.decode if d.checkpoint_slot is not None)

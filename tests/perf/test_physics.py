@@ -324,13 +324,22 @@ def test_sparse_mla_prefill_clips_each_querys_keys_at_top_k() -> None:
     assert f.pre_attn_flop_s == pytest.approx(61 * (attended * per_pair + scored * index) / h200.flops("bf16"))
 
 
-def test_sparse_mla_decode_batches_need_each_context() -> None:
-    """min(context, top k) is not linear in the contexts: the executor may not sum them."""
+@pytest.mark.parametrize(("model", "windows"), [(str(V32_CONFIG), (2048,)), ("gpt-oss-120b", (128,))])
+def test_a_summed_decode_batch_carries_its_contexts_clipped_at_the_window(model: str, windows: tuple[int, ...]) -> None:
+    """min(context, W) is not linear in the contexts (DeepSeek-V3.2's top 2,048, gpt-oss's
+    128-token windows): a summed batch without Σ min(context, W) is refused, and one with it costs
+    what the same requests listed one by one cost."""
     from tokenmill.errors import TokenmillError
     from tokenmill.perf.batch import DecodeSum
 
-    cost = CostModel(load_model(str(V32_CONFIG)), load_gpu("h200"), Layout(tp=8))
-    assert not cost.linear_in_context
-    assert CostModel(load_model("deepseek-v3"), load_gpu("h200"), Layout(tp=8)).linear_in_context
+    cost = CostModel(load_model(model), load_gpu("h200"), Layout(tp=8))
+    assert cost.context_windows == windows and not cost.linear_in_context
+    assert CostModel(load_model("deepseek-v3"), load_gpu("h200"), Layout(tp=8)).context_windows == ()
+    contexts = (50, 900, 2048, 5000, 40_000)
     with pytest.raises(TokenmillError, match="sparse-attention"):
-        cost.features(BatchShape(decode_sum=DecodeSum(4, 40_000)))
+        cost.features(BatchShape(decode_sum=DecodeSum(len(contexts), sum(contexts))))
+    clipped = tuple(sum(min(c, w) for c in contexts) for w in windows)
+    summed = cost.features(BatchShape(decode_sum=DecodeSum(len(contexts), sum(contexts), 1, clipped)))
+    listed = cost.features(BatchShape(decode=tuple(DecodeWork(c) for c in contexts)))
+    assert summed.dec_attn_mem_s == pytest.approx(listed.dec_attn_mem_s)
+    assert summed.dec_attn_flop_s == pytest.approx(listed.dec_attn_flop_s)

@@ -58,12 +58,14 @@ class DecodeCohort:
     as ``StepResult.cohort_tokens``. A step then costs the scheduler its events (a request that
     saves a checkpoint, finishes, or starts or ends its page beat), not its batch: the closed-loop replay's time
     at thousands of lanes. ``contexts()`` lists the contexts one by one, O(count), for a cost
-    that is not linear in the context (sliding windows)."""
+    that is not linear in the context; ``clipped(window, offset)`` sums min(context + offset,
+    window) in O(log count), what a sliding window or a sparse attention's top k needs instead."""
 
     count: int
     context_sum: int
     tokens: int
     contexts: Callable[[], list[int]]
+    clipped: Callable[[int, int], int]
 
 
 @dataclass(slots=True)

@@ -36,7 +36,9 @@ voids its old entries without a search.
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -90,6 +92,10 @@ class Cohort:
         self.times: list[float] = []  # times[i]: when the token of tick i → i + 1 was produced
         self.members: dict[int, Request] = {}
         self._context_base = 0  # Σ (total − synced clock)
+        # each member's base (context − clock, fixed while it is a member), sorted, and their
+        # running sums (rebuilt after a join or leave): Σ min(context, W) in O(log n)
+        self._bases: list[int] = []
+        self._prefix: list[int] | None = None
         self._reserve_base = 0  # Σ (remaining + synced clock) over unclipped members
         self._clipped: set[int] = set()
         # attention events by clock (a bucket queue: clocks only grow); drained up to _drained
@@ -123,7 +129,10 @@ class Cohort:
         req.cohort_epoch += 1
         req.cohort_clock = clock
         self.members[id(req)] = req
-        self._context_base += req.prompt_len + req.output_len - clock
+        base = req.prompt_len + req.output_len - clock
+        self._context_base += base
+        bisect.insort(self._bases, base)
+        self._prefix = None
         remaining = req.max_new_tokens - req.output_len
         key = (req.running_seq, req.cohort_epoch, req)
         if remaining > self.clip:
@@ -139,7 +148,10 @@ class Cohort:
         self._settle(req)
         clock = self.clock
         del self.members[id(req)]
-        self._context_base -= req.prompt_len + req.output_len - clock
+        base = req.prompt_len + req.output_len - clock
+        self._context_base -= base
+        del self._bases[bisect.bisect_left(self._bases, base)]
+        self._prefix = None
         if id(req) in self._clipped:
             self._clipped.discard(id(req))
         else:
@@ -170,6 +182,16 @@ class Cohort:
     def context_sum(self) -> int:
         """Σ of the members' contexts (prompt + output so far) at the clock."""
         return self._context_base + len(self.members) * self.clock
+
+    def clipped_context_sum(self, window: int, offset: int = 0) -> int:
+        """Σ min(context + ``offset``, ``window``) over the members at the clock: what a sliding
+        window or a sparse attention's top k reads of their contexts. A member whose base is below
+        window − clock − offset reads its whole context, the others ``window``."""
+        if self._prefix is None:
+            self._prefix = [0, *itertools.accumulate(self._bases)]
+        shift = self.clock + offset
+        below = bisect.bisect_left(self._bases, window - shift)
+        return self._prefix[below] + below * shift + (len(self._bases) - below) * window
 
     def contexts(self) -> list[int]:
         clock = self.clock

@@ -410,7 +410,10 @@ class Scheduler:
         def contexts() -> list[int]:
             return co.contexts() + extra
 
-        batch.cohort = DecodeCohort(co.count + len(gone), co.context_sum() + sum(extra), tokens, contexts)
+        def clipped(window: int, offset: int) -> int:
+            return co.clipped_context_sum(window, offset) + sum([min(c + offset, window) for c in extra])
+
+        batch.cohort = DecodeCohort(co.count + len(gone), co.context_sum() + sum(extra), tokens, contexts, clipped)
 
     def _page_need(self, req: Request, clock: int) -> tuple[Request, int, int]:
         """A member's length at the cohort's clock (without a sync) and the pages its step needs."""

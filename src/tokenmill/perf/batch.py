@@ -27,11 +27,14 @@ class DecodeWork:
 @dataclass(frozen=True, slots=True)
 class DecodeSum:
     """``count`` decoding requests whose contexts sum to ``context_sum``, each verifying ``tokens``
-    tokens: all a cost linear in the context needs to know of them (a decode cohort)."""
+    tokens: all a cost linear in the context needs to know of them (a decode cohort). A model whose
+    attention reads at most W tokens of a context (a sliding window, a sparse attention's top k)
+    needs Σ min(context, W) too: ``clipped``, one per ``CostModel.context_windows``."""
 
     count: int
     context_sum: int
     tokens: int = 1
+    clipped: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,8 +57,9 @@ step for step (a test pins it).
 the scheduler runs with ``uniform_decode``: it holds the decoding requests as one aggregate
 (``core.cohort``) and a step costs it the requests that need a checkpoint or their finish and
 the pages counted from a histogram, not the whole batch; the executor costs the cohort from its
-size and context sum (``DecodeSum``; one by one for sliding-window models, whose cost is not
-linear in the context). With thousands of lanes there is a finish, and so an event, at nearly
+size and context sum (``DecodeSum``; for sliding-window and sparse-attention models also the
+sum of the contexts clipped at the window or the top k, which the cohort keeps in O(log C) from
+its members' sorted lengths). With thousands of lanes there is a finish, and so an event, at nearly
 every step, and walking every request of every step made the replay's time grow like
 C × min(C, OSL). The decisions and the step times are the request-by-request path's, bit for bit
 (``cohort=False`` runs that path; tests compare them).

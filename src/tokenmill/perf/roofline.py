@@ -78,7 +78,7 @@ from typing import Any, NamedTuple
 
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
-from tokenmill.perf.batch import BatchShape, PrefillWork
+from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
 from tokenmill.perf.params import PerfParams
 from tokenmill.plan.cache_sizes import DSPARK_DRAFT_PARAMS, cache_sizes, mla_layer_bytes
 from tokenmill.plan.layout import Layout
@@ -298,6 +298,20 @@ def _clipped_pairs(new_tokens: int, context: int, topk: int) -> float:
     return below * context + below * (below + 1) / 2 + (new_tokens - below) * topk
 
 
+def _clipped_sums(
+    dec: Sequence[DecodeWork], agg: DecodeSum | None, window: int, windows: tuple[int, ...]
+) -> tuple[float, float]:
+    """(Σ min(context, window) × tokens, Σ min(context, window)) over a step's decodes: those
+    listed one by one and a summed cohort's (its ``clipped`` entry for ``window``)."""
+    c_tok = float(sum([min(d.context, window) * d.tokens for d in dec]))
+    c_sum = float(sum([min(d.context, window) for d in dec]))
+    if agg is not None:
+        part = agg.clipped[windows.index(window)]
+        c_tok += part * agg.tokens
+        c_sum += part
+    return c_tok, c_sum
+
+
 def _lpt_max(lengths: list[int], ranks: int) -> int:
     """The busiest rank's tokens when items go, longest first, to the least loaded rank."""
     if ranks <= 1 or not lengths:
@@ -489,8 +503,20 @@ class CostModel:
     @property
     def linear_in_context(self) -> bool:
         """Whether a decode step's demands depend on its contexts only through their sum (no
-        sliding window clips them), so a ``DecodeSum`` describes a decode batch exactly."""
-        return not self._swa_layers and not self._mla_sparse
+        sliding window or sparse attention's top k clips them)."""
+        return not self.context_windows
+
+    @property
+    def context_windows(self) -> tuple[int, ...]:
+        """The most tokens of a context each attention kind reads (a sliding window, a sparse
+        attention's top k): a ``DecodeSum`` describes a decode batch exactly when it carries
+        Σ min(context, W) for each of them (``DecodeSum.clipped``, in this order)."""
+        windows = []
+        if self._swa_layers and self._window:
+            windows.append(self._window)
+        if self._mla_sparse:
+            windows.append(self._mla_topk)
+        return tuple(windows)
 
     def features(self, shape: BatchShape) -> Features:
         """Resource demands of one step (see the module docstring); zeros for an empty batch."""
@@ -509,10 +535,12 @@ class CostModel:
             ctx_sum += d.context
             ctx_tok += d.context * d.tokens
         agg = shape.decode_sum
+        windows = self.context_windows
         if agg is not None:
-            if not self.linear_in_context:
+            if len(agg.clipped) != len(windows):
                 raise TokenmillError(
-                    "a sliding-window or sparse-attention model's decode cost needs each context, not their sum"
+                    "a sliding-window or sparse-attention model's decode cost needs each context, or their "
+                    f"sum clipped at {', '.join(map(str, windows))} tokens"
                 )
             n_dec += agg.count
             dec_tokens += agg.count * agg.tokens
@@ -560,8 +588,10 @@ class CostModel:
             h = self._mla_heads
             topk = self._mla_topk
             # sparse attention: each query reads its top-k tokens' latents, the indexer every key
-            a_tok = sum(min(d.context, topk) * d.tokens for d in dec) if topk else ctx_tok
-            a_sum = sum(min(d.context, topk) for d in dec) if topk else ctx_sum
+            if topk:
+                a_tok, a_sum = _clipped_sums(dec, agg, topk, windows)
+            else:
+                a_tok, a_sum = ctx_tok, ctx_sum
             dec_f += n * (2.0 * h * self._mla_dec * a_tok + self._mla_index_flops * ctx_tok)
             dec_b += n * (self._mla_latent_b * a_sum + self._mla_index_b * ctx_sum) / dcp
         if self.model.gqa is not None and (self._gqa_layers or self._swa_layers):
@@ -572,8 +602,7 @@ class CostModel:
                 if window is None:
                     c_tok, c_sum = ctx_tok, ctx_sum
                 else:
-                    c_tok = sum(min(d.context, window) * d.tokens for d in dec)
-                    c_sum = sum(min(d.context, window) for d in dec)
+                    c_tok, c_sum = _clipped_sums(dec, agg, window, windows)
                 dec_f += layers * 4.0 * h * hd * c_tok
                 dec_b += layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
         if self._lin_state_rw:

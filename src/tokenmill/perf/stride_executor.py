@@ -23,7 +23,7 @@ STEPS_KEPT = 4096  # distinct steps whose cost a replay keeps (~2 KB each; Strid
 KEYED_DECODES = 16  # decoding requests listed one by one in a step that is still looked up
 #: a step's shape: its prompt chunks (new tokens, context, last), its listed decoding requests'
 #: contexts, its decode cohort (count, context sum)
-_StepKey = tuple[tuple[tuple[int, int, bool], ...], tuple[int, ...], tuple[int, int] | None]
+_StepKey = tuple[tuple[tuple[int, int, bool], ...], tuple[int, ...], tuple[int, int, tuple[int, ...]] | None]
 
 
 def step_seconds(f: Features, p: PerfParams) -> float:
@@ -60,12 +60,11 @@ class StrideExecutor:
     lock step repeat their waves' steps exactly, and drifted lanes come back to the same
     contexts: 49 and 1,002 distinct decode steps of 12,544 and 10,042 for Kimi-K3's 131,072-token
     prompts at 512 lanes). So a step's demands and seconds are computed once per distinct shape
-    (``_steps``, keyed by its chunks, its decoding requests' contexts and the cohort's count and
-    context sum): the same figures, without costing 8 chunks of each of a thousand 128k-token
-    prompts, or the same decode batch, again and again. Steps with more than
-    ``KEYED_DECODES`` decoding requests listed one by one (sliding-window models, whose cohort
-    is listed; a batch outside a cohort) are not keyed: hashing their contexts costs about what
-    costing them does."""
+    (``_steps``, keyed by its chunks, its decoding requests' contexts and the cohort's count,
+    context sum and sums clipped at the model's windows): the same figures, without costing 8
+    chunks of each of a thousand 128k-token prompts, or the same decode batch, again and again.
+    Steps with more than ``KEYED_DECODES`` decoding requests listed one by one (a batch outside a
+    cohort) are not keyed: hashing their contexts costs about what costing them does."""
 
     def __init__(self, cost: CostModel, params: PerfParams, log: StepLog | None) -> None:
         self.cost = cost
@@ -94,13 +93,11 @@ class StrideExecutor:
             mid = (k - 1) // 2
         contexts = [d.context + mid for d in batch.decode]
         context_sum = sum([d.context for d in batch.decode])
-        summed = None  # (count, context sum) of the cohort, where a sum describes it
+        summed = None  # (count, context sum, sums clipped at the model's windows) of the cohort
         if cohort is not None:
             context_sum += cohort.context_sum
-            if self.cost.linear_in_context:
-                summed = (cohort.count, cohort.context_sum + mid * cohort.count)
-            else:
-                contexts += [c + mid for c in cohort.contexts()]
+            clipped = tuple([cohort.clipped(w, mid) for w in self.cost.context_windows])
+            summed = (cohort.count, cohort.context_sum + mid * cohort.count, clipped)
         chunks = tuple([(p.length, p.start, p.last) for p in batch.prefill])
         # plain tuples of ints: hashed in C, and the cost model's objects built only for a new shape
         key = (chunks, tuple(contexts), summed) if len(contexts) <= KEYED_DECODES else None
@@ -109,7 +106,7 @@ class StrideExecutor:
             shape = BatchShape(
                 prefill=tuple([PrefillWork(*c) for c in chunks]),
                 decode=tuple([DecodeWork(c, 1) for c in contexts]),
-                decode_sum=DecodeSum(*summed) if summed is not None else None,
+                decode_sum=DecodeSum(summed[0], summed[1], 1, summed[2]) if summed is not None else None,
             )
             f = self.cost.features(shape)
             seconds = step_seconds(f, self.params)
