@@ -73,6 +73,16 @@ POINTS = [  # (label, predict's arguments)
         "--model deepseek-r1 --gpu h200 --gpus 8 --dp-attention 8 --ep 8 --moe-a2a-backend deepep "
         "--kv-cache-dtype fp8_e4m3 --isl 1024 --osl 1024 --concurrency 4096",
     ),
+    (  # sliding windows at thousands of lanes: the cohort's contexts clipped at 128 tokens
+        "gpt-oss-120b 8×H200 DP8×EP8, 1k/1k, C=4,096",
+        "--model gpt-oss-120b --gpu h200 --gpus 8 --dp-attention 8 --ep 8 --isl 1024 --osl 1024 "
+        "--concurrency 4096 --backend sglang",
+    ),
+    (  # sparse attention (DeepSeek-V3.2's top 2,048), long prompts
+        "DeepSeek-V3.2 8×H200 TP8, 32k/1k, C=256",
+        "--model tests/spec/fixtures/deepseek_v3_2_config.json --gpu h200 --gpus 8 --tp 8 "
+        "--kv-cache-dtype fp8_e4m3 --isl 32768 --osl 1024 --concurrency 256 --backend sglang",
+    ),
     (
         "Qwen3-235B-FP8 8×B200 TP8 TRT-LLM, 1k/8k, C=512",
         "--model qwen3-235b-a22b-fp8 --gpu b200 --gpus 8 --tp 8 --isl 1024 --osl 8192 --concurrency 512 "
