@@ -345,6 +345,20 @@ def test_gpus_say_where_each_gpus_performance_constants_come_from(
     assert code == 0 and "h100's die, medians" in out
 
 
+def test_plan_compares_a_layout_on_other_gpus(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`plan --compare gpu=h20`: DeepSeek-R1's 79.3 GiB of weights per GPU at TP8 leave H200
+    (140.4 GiB visible) room for its pools and H20 (95.6 GiB) none at the default memory share;
+    the figure draws both bars, each under its own GPU's memory."""
+    argv = ("plan", "--model", "deepseek-r1", "--gpu", "h200", "--gpus", "8", "--compare", "gpu=h20")
+    d = run_json(capsys, *argv, "--json")
+    assert (d["gpu"], d["fits"]) == ("h200", True)
+    assert (d["compare"][0]["gpu"], d["compare"][0]["fits"]) == ("h20", False)
+    assert "1.23 GiB short" in d["compare"][0]["reason"]
+    png = tmp_path / "bars.png"
+    code, _, err = run(capsys, *argv, "--figure", str(png))
+    assert code == 0 and png.stat().st_size > 0, err
+
+
 def test_models_and_gpus_tables(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "models")
     assert code == 0 and "kimi-k3" in out

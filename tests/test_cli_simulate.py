@@ -239,6 +239,22 @@ def test_sweep_names_a_compared_layout_that_describes_like_the_base_by_its_chang
     assert list(json.loads(out)["layouts"]) == ["TP8", "TP8 (pool-ratio=0.9)"]
 
 
+def test_sweep_compares_gpus_each_with_its_own_constants(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--compare gpu=a100` sweeps the layout on an A100 too: named by the GPU, each simulated as
+    `sweep --gpu` alone simulates it, and the A100 (2.04 against 3.35 TB/s, 312 against 989 BF16
+    TFLOP/s) answers more slowly at the same rate."""
+    base = ("sweep", "--model", "llama-3.1-8b", "--gpus", "1", "--backend", "vllm", "--rates", "2", "--duration", "20")
+    both = cli_json(capsys, *base, "--gpu", "h100", "--compare", "gpu=a100", "--json")["layouts"]
+    assert list(both) == ["TP1 on h100", "TP1 on a100"]
+    for name, entry in both.items():
+        alone = cli_json(capsys, *base, "--gpu", name.rsplit(" ", 1)[1], "--json")["layouts"]["TP1"]
+        assert entry == alone
+    h100, a100 = (both[n]["rates"][0] for n in both)
+    assert a100["mean_tpot_ms"] > 1.3 * h100["mean_tpot_ms"] and a100["mean_ttft_ms"] > h100["mean_ttft_ms"]
+    code, out, err = cli(capsys, *base, "--gpu", "h100", "--compare", "gpu=a10g")
+    assert code == 2 and out == "" and err.startswith("error: --compare 'gpu=a10g': unknown GPU 'a10g'")
+
+
 def test_without_backend_the_table_says_the_cost_model_is_the_priors(capsys: pytest.CaptureFixture[str]) -> None:
     """``predict`` defaults to SGLang's fitted constants, ``simulate`` and ``sweep`` to the priors:
     a table says so on stderr, and says nothing where fitted constants are used or with --json."""

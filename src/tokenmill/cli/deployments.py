@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tokenmill.cli.options import ITEM_KEYS, apply_overrides, layout_changes, layout_names
+from tokenmill.cli.options import ITEM_KEYS, apply_overrides, compared_gpu, layout_changes, layout_names, on_gpus
 from tokenmill.errors import TokenmillError
 
 #: What ``--decode-layout`` may set: the layout keys of ``--compare``, the decode worker's GPUs
@@ -154,7 +154,6 @@ def compared(
     two with one name, or an item a deployment cannot be built from is a one-line error naming it.
     ``model_in`` loads the model with another weight format (a ``weight-format`` item); a ``gpu``
     item plans it on that GPU."""
-    from tokenmill.hardware import load_gpu
     from tokenmill.perf.predict import check_disaggregated
     from tokenmill.plan import plan_memory
 
@@ -171,12 +170,8 @@ def compared(
                 model = model_in(given.pop(FORMAT_KEY))
             except TokenmillError as exc:
                 raise TokenmillError(f"--compare {item!r}: {exc}") from None
-        gpu = base.plan.gpu
-        if GPU_KEY in given:
-            try:
-                gpu = load_gpu(given.pop(GPU_KEY))
-            except TokenmillError as exc:
-                raise TokenmillError(f"--compare {item!r}: {exc}") from None
+        given.pop(GPU_KEY, None)
+        gpu, _ = compared_gpu(item, base.plan.gpu)
         plan = plan_memory(model, gpu, n, layout)
         d = _count(item, "decode-workers", given.pop("decode-workers"), 0) if "decode-workers" in given else None
         d = base.decode_workers if d is None else d
@@ -194,10 +189,7 @@ def compared(
         dgpus = dg if dg is not None else (base_decode_gpus if base.decode is not None else n)
         prefill_workers = p if p is not None else base.prefill_workers
         out.append(Deployment("", plan, decode_plan(plan, changes, dgpus, f"--compare {item!r}"), prefill_workers, d))
-    # on several GPUs, each layout says which
-    gpus_differ = len({d.plan.gpu.name for d in out}) > 1
-    described = [d.describe() + (f" on {d.plan.gpu.name}" if gpus_differ else "") for d in out]
-    names = layout_names(described, compare, label)
+    names = layout_names(on_gpus([d.describe() for d in out], [d.plan.gpu.name for d in out]), compare, label)
     result = [d.named(name) for name, d in zip(names, out, strict=True)]
     for dep in result[1:]:
         try:

@@ -158,7 +158,7 @@ def apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
         key, sep, value = item.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
         if not sep or (key not in converters and key != "gpus"):
-            allowed = ", ".join(sorted(k.replace("_", "-") for k in converters)) + ", gpus"
+            allowed = ", ".join(sorted(k.replace("_", "-") for k in converters)) + ", gpus, gpu"
             raise TokenmillError(f"--compare item {item!r} must be KEY=VALUE with KEY one of {allowed}")
         if key == "gpus":
             try:
@@ -173,16 +173,42 @@ def apply_overrides(base: Any, spec: str, gpus: int) -> tuple[Any, int]:
 def compared_plans(base: Any, compare: list[str] | None, label: list[str] | None, gpus: int) -> list[tuple[str, Any]]:
     """The base plan and one per ``--compare`` item, each with its name: its ``--label`` (in order),
     else its description, with its ``--compare`` item where that repeats an earlier name
-    (``TP8 (pool-ratio=0.9)``). More labels than layouts, or two layouts with one name, is an
-    error: results are keyed by name, and one would replace the other."""
+    (``TP8 (pool-ratio=0.9)``), and the GPU where the items put layouts on several (``gpu=a100``).
+    More labels than layouts, or two layouts with one name, is an error: results are keyed by
+    name, and one would replace the other."""
     from tokenmill.plan import plan_memory
 
     plans = [base]
     for item in compare or []:
-        layout, n = apply_overrides(base.layout, item, gpus)
-        plans.append(plan_memory(base.model, base.gpu, n, layout))
-    names = layout_names([plan.layout.describe() for plan in plans], compare, label)
+        gpu, rest = compared_gpu(item, base.gpu)
+        layout, n = apply_overrides(base.layout, rest, gpus)
+        plans.append(plan_memory(base.model, gpu, n, layout))
+    described = on_gpus([plan.layout.describe() for plan in plans], [plan.gpu.name for plan in plans])
+    names = layout_names(described, compare, label)
     return list(zip(names, plans, strict=True))
+
+
+def compared_gpu(item: str, default: Any) -> tuple[Any, str]:
+    """A ``--compare`` item's GPU (``gpu=a100``; ``default`` without one) and the rest of the item,
+    a one-line error naming the item for a GPU the catalog does not know."""
+    from tokenmill.hardware import load_gpu
+
+    gpu, rest = default, []
+    for part in filter(None, (s.strip() for s in item.split(","))):
+        key, sep, value = part.partition("=")
+        if sep and key.strip().lstrip("-") == "gpu":
+            try:
+                gpu = load_gpu(value.strip())
+            except TokenmillError as exc:
+                raise TokenmillError(f"--compare {item!r}: {exc}") from None
+        else:
+            rest.append(part)
+    return gpu, ",".join(rest)
+
+
+def on_gpus(described: list[str], gpus: list[str]) -> list[str]:
+    """Layout descriptions with `` on GPU`` where the layouts run on more than one kind of GPU."""
+    return [f"{d} on {g}" for d, g in zip(described, gpus, strict=True)] if len(set(gpus)) > 1 else described
 
 
 def layout_names(described: list[str], compare: list[str] | None, label: list[str] | None) -> list[str]:

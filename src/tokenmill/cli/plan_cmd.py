@@ -16,6 +16,7 @@ from tokenmill.cli.options import (
     apply_overrides,
     check_distinct_outputs,
     check_figures,
+    compared_gpu,
     layout_from_flags,
     load_gpu_flag,
     with_layout_options,
@@ -121,7 +122,10 @@ def plan(
         list[Path] | None, typer.Option("--state-figure", help="State vs cache chart (.png or .svg, repeatable).")
     ] = None,
     compare: Annotated[
-        list[str] | None, typer.Option("--compare", help="Extra layout for the figure: 'dcp=8,pool-ratio=8.82'.")
+        list[str] | None,
+        typer.Option(
+            "--compare", help="Extra layout for the figure: 'dcp=8,pool-ratio=8.82', or on another GPU: 'gpu=h200'."
+        ),
     ] = None,
     layout_flags: dict[str, Any] | None = None,
 ) -> None:
@@ -149,8 +153,9 @@ def plan(
     result = plan_memory(spec, hw, gpus, layout)
     others = []
     for item in compare or []:
-        other_layout, other_gpus = apply_overrides(layout, item, gpus)
-        others.append(plan_memory(spec, hw, other_gpus, other_layout))
+        other_gpu, rest = compared_gpu(item, hw)  # gpu=a100: the layout on another GPU
+        other_layout, other_gpus = apply_overrides(layout, rest, gpus)
+        others.append(plan_memory(spec, other_gpu, other_gpus, other_layout))
     if figures:
         from tokenmill.report.memory_figures import memory_bars
 

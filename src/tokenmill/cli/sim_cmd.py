@@ -298,6 +298,12 @@ def sweep(
     if burstiness != 1.0 and not (rate_list or find_sustained):
         raise TokenmillError("--burstiness shapes the gaps of the --rates points: give --rates or --find-sustained")
     named = compared_plans(base, compare, label, gpus)
+    # each GPU its own constants (a --compare item may put a layout on another: gpu=a100)
+    perfs = {base.gpu.name: perf}
+    for _, other in named[1:]:
+        if other.gpu.name not in perfs:
+            perfs[other.gpu.name], more = _perf(other.gpu.name, backend, set_)
+            notes += [n for n in more if n not in notes]  # a GPU's own notes name it
     results: dict[str, Any] = {"slo": {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}, "layouts": {}}
     show = not json_out and sys.stderr.isatty()
     with Progress(disable=not show, transient=True) as progress:
@@ -307,7 +313,7 @@ def sweep(
             opts = SimOptions(
                 accept_length=accept_length_for(plan, accept_length),
                 max_time_s=duration + 300.0,
-                perf=perf,
+                perf=perfs[plan.gpu.name],
             )
             entry: dict[str, Any] = {"rates": [], "concurrency": []}
             task = progress.add_task(name, total=len(rate_list) + len(conc_list) + (12 if find_sustained else 0))
@@ -337,7 +343,7 @@ def sweep(
             for c in conc_list:
                 wl = _workload(workload, plan, None, c, None, max(num_requests, c), seed, {})
                 s = simulation_summary(
-                    run(plan, wl, opts.__class__(accept_length=opts.accept_length, perf=perf)),
+                    run(plan, wl, opts.__class__(accept_length=opts.accept_length, perf=opts.perf)),
                     slo,
                     expected=len(wl.requests),
                 )
@@ -359,7 +365,8 @@ def sweep(
                 progress.advance(task)
             entry["rates"].sort(key=lambda p: p["rate"])
             results["layouts"][name] = entry
-    title = f"{base.model.name} on {gpus}×{base.gpu.name}: {workload}"
+    kinds = "/".join(perfs)
+    title = f"{base.model.name} on {f'{gpus}×{base.gpu.name}' if len(perfs) == 1 else kinds}: {workload}"
     if figures:
         from tokenmill.report.sim_figures import attainment_figure
 

@@ -101,7 +101,19 @@ def memory_bars(plans: Sequence[MemoryPlan], path: FigurePaths, title: str | Non
         labels.append(f"{p.layout.describe()}\n{p.gpus}×{p.gpu.name.upper()}")
     visible = max(p.gpu.memory_visible_bytes for p in plans) / GiB
     # named in the legend, not beside the line, where it would cross a bar's labels
-    ax.axhline(visible, color="black", linestyle="--", linewidth=1, label=f"visible memory: {visible:.1f} GiB")
+    if len({p.gpu.name for p in plans}) == 1:
+        ax.axhline(visible, color="black", linestyle="--", linewidth=1, label=f"visible memory: {visible:.1f} GiB")
+    else:  # layouts on several GPUs (plan --compare gpu=G): each bar's own GPU's memory
+        for x, p in enumerate(plans):
+            ax.hlines(
+                p.gpu.memory_visible_bytes / GiB,
+                x - 0.42,
+                x + 0.42,
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label="visible memory of its GPU" if x == 0 else None,
+            )
     ax.set_xticks(range(len(plans)), labels, fontsize=8)
     ax.set_ylabel("GiB per GPU (1 GiB = 1024³ B)")
     ax.set_title(title or f"{plans[0].model.name}: memory per GPU by layout")
