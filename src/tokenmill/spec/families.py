@@ -252,10 +252,13 @@ def _deepseek_ffn(
     return flags, m, inter if dense else None
 
 
-def _nextn(r: ConfigReader) -> tuple[int, list[str]]:
-    """The MTP (nextn) layers a config declares, and the note that they are not counted."""
+def _with_nextn(r: ConfigReader, parsed: Parsed) -> Parsed:
+    """``parsed`` with the MTP (nextn) layers the config declares, recorded and not counted."""
     nextn = r.get_int("num_nextn_predict_layers", 0)
-    return nextn, [f"{nextn} MTP layer(s) not counted (loaded only with --speculative mtp)"] if nextn else []
+    parsed.num_nextn_layers = nextn
+    if nextn:
+        parsed.notes.append(f"{nextn} MTP layer(s) not counted (loaded only with --speculative mtp)")
+    return parsed
 
 
 def parse_glm4_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
@@ -273,19 +276,7 @@ def parse_glm4_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
     flags, m, inter = _deepseek_ffn(r, b, n_layers, hidden)
     _layer_norms(b, n_layers, hidden)
     layers = [Layer(i, MixerKind.GQA, FfnKind.MOE if flags[i] else FfnKind.DENSE) for i in all_layers]
-    nextn, notes = _nextn(r)
-    return Parsed(
-        "moe_gqa",
-        hidden,
-        vocab,
-        layers,
-        max_ctx,
-        gqa=g,
-        moe=m,
-        dense_intermediate=inter,
-        num_nextn_layers=nextn,
-        notes=notes,
-    )
+    return _with_nextn(r, Parsed("moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m, dense_intermediate=inter))
 
 
 # --- MLA + MoE -----------------------------------------------------------------------------
@@ -328,19 +319,7 @@ def parse_deepseek(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
     flags, m, inter = _deepseek_ffn(r, b, n_layers, hidden)
     _layer_norms(b, n_layers, hidden)
     layers = [Layer(i, MixerKind.MLA, FfnKind.MOE if flags[i] else FfnKind.DENSE) for i in all_layers]
-    nextn, notes = _nextn(r)
-    return Parsed(
-        "mla_moe",
-        hidden,
-        vocab,
-        layers,
-        max_ctx,
-        mla=mla_g,
-        moe=m,
-        dense_intermediate=inter,
-        num_nextn_layers=nextn,
-        notes=notes,
-    )
+    return _with_nextn(r, Parsed("mla_moe", hidden, vocab, layers, max_ctx, mla=mla_g, moe=m, dense_intermediate=inter))
 
 
 # --- KDA + MLA + MoE (Kimi Linear, Kimi-K3) ------------------------------------------------
