@@ -1055,7 +1055,7 @@ def test_compared_layouts_are_each_predicted_as_alone(capsys: pytest.CaptureFixt
         (("--label", "a", "--label", "b"), "error: 2 --label values for 1 layout(s): the base and one per --compare"),
         (("--compare", "dcp=8", "--label", "x", "--label", "x"), "error: two layouts share the name 'x': give each"),
         (("--compare", "gpus=4,tp=4"), "error: layout 'TP4': does not fit"),
-        (("--compare", "decode-gpus=8"), "error: --compare 'decode-gpus=8': prefill-workers, decode-gpus and"),
+        (("--compare", "decode-gpus=8"), "error: --compare 'decode-gpus=8': prefill-workers, decode-gpus, decode-gpu"),
         (("--compare", "decode-workers=-1"), "error: --compare decode-workers must be an integer ≥ 0 (got '-1'"),
         (("--compare", "decode-workers=1,decode-tp=two"), "error: --compare 'decode-workers=1,decode-tp=two': tp must"),
         (("--compare", "decode-workers=1,decode-width=8"), "error: --compare 'decode-workers=1,decode-width=8': 'wi"),
@@ -1396,6 +1396,49 @@ def test_a_compared_gpu_that_cannot_run_it_is_one_line(
 ) -> None:
     argv = ("predict", "--model", "llama-3.1-70b", "--gpu", "h100", "--gpus", "4", "--backend", "trtllm")
     code, out, err = cli(capsys, *argv, "--compare", compare)
+    assert code == 2 and out == "" and err.startswith(message) and err.count("\n") == 1, err
+
+
+DISAGG = ("predict", "--model", "llama-3.1-70b", "--gpu", "h200", "--gpus", "4", "--backend", "sglang")
+DISAGG += ("--isl", "8192", "--osl", "1024", "--decode-workers", "1")
+
+
+def test_decode_workers_on_another_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--decode-gpu h20`: prefill on H200, decode on H20. The decode GPU named as the prefill
+    GPU changes nothing; at one lane the mixed deployment decodes as the all-H20 one does and
+    prefills as the all-H200 one does (H20's 148 against 989 BF16 TFLOP/s: a first token several
+    times later on H20 prefill workers); no error band (no row of the file mixes GPUs), and the
+    notes give the H20's constants."""
+    one = ("--concurrency", "1", "--json")
+    h200 = cli_json(capsys, *DISAGG, *one)
+    assert cli_json(capsys, *DISAGG, "--decode-gpu", "H200_SXM", *one)["ttft_ms"] == h200["ttft_ms"]
+    mixed = cli_json(capsys, *DISAGG, "--decode-gpu", "h20", *one)
+    h20 = cli_json(capsys, *DISAGG[:4], "h20", *DISAGG[5:], *one)
+    assert mixed["disaggregated"]["decode_gpu"] == "h20" and h200["disaggregated"]["decode_gpu"] == "h200"
+    assert mixed["tpot_ms"] == pytest.approx(h20["tpot_ms"], rel=1e-9)
+    assert mixed["ttft_ms"] < 0.5 * h20["ttft_ms"]
+    assert mixed["ttft_ms"] == pytest.approx(h200["ttft_ms"], rel=0.02)  # the step lag follows the decode step
+    assert mixed["accuracy"] is None and h200["accuracy"] is not None
+    assert any(n.startswith("no error band: the calibration file holds no deployment whose") for n in mixed["notes"])
+    assert any(n.startswith("decode workers on h20: GPU h20: not calibrated") for n in mixed["notes"])
+    both = cli_json(capsys, *DISAGG, "--concurrency", "1", "--compare", "decode-gpu=h20", "--json")["layouts"]
+    assert both[1]["name"] == "1 prefill × TP4 (4 GPUs) + 1 decode × TP4 (4 GPUs on h20)"
+    assert both[1]["points"][0]["tpot_ms"] == mixed["tpot_ms"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--decode-gpu", "a10g"), "error: --decode-gpu: unknown GPU 'a10g'"),
+        (("--compare", "decode-gpu=a10g"), "error: --compare 'decode-gpu=a10g': decode-gpu: unknown GPU 'a10g'"),
+        (("--decode-workers", "0", "--decode-gpu", "h20"), "error: --prefill-workers, --decode-gpus, --decode-gpu"),
+        (("--backend", "trtllm", "--decode-gpu", "mi300x"), "error: --backend trtllm runs on nvidia GPUs only"),
+    ],
+)
+def test_a_decode_gpu_that_cannot_serve_is_one_line(
+    capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], message: str
+) -> None:
+    code, out, err = cli(capsys, *DISAGG, *extra)
     assert code == 2 and out == "" and err.startswith(message) and err.count("\n") == 1, err
 
 

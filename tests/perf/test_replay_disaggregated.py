@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenmill.errors import TokenmillError
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import CostModel, PerfParams
 from tokenmill.perf import replay_disaggregated as disaggregated
@@ -126,3 +127,20 @@ def test_recorded_disaggregated_weights_reproduce_the_means(cap: int | None) -> 
     if bound:
         assert res.decode_batch == 4
         assert res.ttft_s - PARAMS.first_token_steps * tpot == pytest.approx((16 / 4 - 1) * 199 * tpot, rel=1e-9)
+
+
+def test_decode_workers_on_another_gpu_decode_at_that_gpus_cost() -> None:
+    """Prefill on H100, decode on A100 (with its own constants): one request's time per token is
+    the A100 decode step's (nothing else shares it at one lane), the KV crosses the NIC, and a
+    replay recorded for calibration, whose rows run one kind of GPU, refuses the mix."""
+    a100 = load_gpu("a100")
+    decode_a100 = plan_memory(LLAMA8, a100, 1, Layout(tp=1))
+    slower = PARAMS.updated(weight_bandwidth_efficiency=0.5)
+    mixed = replay_disaggregated(PLAN, decode_a100, 1, 1, "vllm", 1024, 64, 1, PARAMS, decode_params=slower)
+    only_a100 = replay_disaggregated(decode_a100, decode_a100, 1, 1, "vllm", 1024, 64, 1, slower)
+    assert mixed.tpot_s == pytest.approx(only_a100.tpot_s, rel=1e-9)
+    same = replay_disaggregated(PLAN, PLAN, 1, 1, "vllm", 1024, 64, 1, PARAMS)
+    assert mixed.tpot_s > same.tpot_s  # A100's 2.04 TB/s at half the streaming efficiency
+    assert any("over the NIC" in n for n in mixed.notes)
+    with pytest.raises(TokenmillError, match="one kind of GPU"):
+        replay_disaggregated(PLAN, decode_a100, 1, 1, "vllm", 1024, 64, 1, PARAMS, record=True)

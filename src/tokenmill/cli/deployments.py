@@ -26,7 +26,7 @@ from tokenmill.errors import TokenmillError
 #: being ``--decode-gpus``.
 DECODE_LAYOUT_KEYS = ITEM_KEYS
 #: ``--compare`` keys of disaggregation besides ``decode-KEY`` (predict only).
-WORKER_KEYS = ("prefill-workers", "decode-workers", "decode-gpus")
+WORKER_KEYS = ("prefill-workers", "decode-workers", "decode-gpus", "decode-gpu")
 #: ``--compare`` key of the model's weight format (predict only): the model it names is loaded anew.
 FORMAT_KEY = "weight-format"
 #: ``--compare`` key of the GPU (predict only): the deployment on another GPU of the catalog.
@@ -52,10 +52,17 @@ class Deployment:
     def describe(self) -> str:
         if self.decode is None:
             return _worker(self.plan)
+        # decode workers on another kind of GPU (--decode-gpu) say which
+        on = f" on {self.decode.gpu.name}" if self.decode.gpu.name != self.plan.gpu.name else ""
         return (
             f"{self.prefill_workers} prefill × {_worker(self.plan)} ({self.plan.gpus} GPUs) + "
-            f"{self.decode_workers} decode × {_worker(self.decode)} ({self.decode.gpus} GPUs)"
+            f"{self.decode_workers} decode × {_worker(self.decode)} ({self.decode.gpus} GPUs{on})"
         )
+
+    @property
+    def mixed(self) -> bool:
+        """Whether its decode workers run on another kind of GPU than its prefill workers."""
+        return self.decode is not None and self.decode.gpu.name != self.plan.gpu.name
 
 
 def _worker(plan: Any) -> str:
@@ -80,38 +87,51 @@ def decode_changes(spec: str | None, where: str = "--decode-layout") -> dict[str
     return layout_changes(items, where)
 
 
-def decode_plan(prefill: Any, changes: dict[str, Any], gpus: int, where: str = "--decode-layout") -> Any:
-    """The decode worker's plan: the prefill worker's layout with ``changes``, over ``gpus`` GPUs,
-    its TP all of them over its pipeline stages unless given. A decode server keeps no prefix
-    cache unless given one: SGLang's PD decode server runs a chunk cache, one state slot per
-    request instead of the radix cache's copies (shared/reference/sglang-memory-accounting.md §2.2)."""
+def decode_plan(
+    prefill: Any, changes: dict[str, Any], gpus: int, where: str = "--decode-layout", gpu: Any = None
+) -> Any:
+    """The decode worker's plan: the prefill worker's layout with ``changes``, over ``gpus`` GPUs
+    (of ``gpu``'s kind, default the prefill worker's: ``--decode-gpu``), its TP all of them over
+    its pipeline stages unless given. A decode server keeps no prefix cache unless given one:
+    SGLang's PD decode server runs a chunk cache, one state slot per request instead of the radix
+    cache's copies (shared/reference/sglang-memory-accounting.md §2.2)."""
     from tokenmill.plan import PrefixCache, plan_memory
 
     pp = changes.get("pp", prefill.layout.pp)
     defaults = {"tp": max(1, gpus // max(1, pp)), "prefix_cache": PrefixCache.OFF}
     try:
         layout = prefill.layout.with_(**{**defaults, **changes})
-        return plan_memory(prefill.model, prefill.gpu, gpus, layout)
+        return plan_memory(prefill.model, prefill.gpu if gpu is None else gpu, gpus, layout)
     except TokenmillError as exc:  # a layout the decode worker cannot have: say it is the decode worker's
         raise TokenmillError(f"decode worker ({where}, --decode-gpus {gpus}): {exc}") from None
 
 
 def base_deployment(
-    plan: Any, prefill_workers: int, decode_workers: int, decode_gpus: int | None, decode_layout: str | None, gpus: int
+    plan: Any,
+    prefill_workers: int,
+    decode_workers: int,
+    decode_gpus: int | None,
+    decode_layout: str | None,
+    gpus: int,
+    decode_gpu: Any = None,
 ) -> tuple[Deployment, dict[str, Any], int]:
     """The deployment of the flags, with its decode changes and decode GPUs (for ``--compare`` items
-    to inherit); one-line errors for flags that contradict each other."""
+    to inherit); ``decode_gpu`` the decode workers' kind of GPU where it is not the prefill
+    workers' (``--decode-gpu``); one-line errors for flags that contradict each other."""
     if decode_workers < 0:
         raise TokenmillError(f"--decode-workers must be 0 (aggregated) or more (got {decode_workers})")
-    if not decode_workers and (decode_gpus is not None or decode_layout is not None or prefill_workers != 1):
-        raise TokenmillError("--prefill-workers, --decode-gpus and --decode-layout need --decode-workers ≥ 1")
+    given = decode_gpus is not None or decode_layout is not None or decode_gpu is not None or prefill_workers != 1
+    if not decode_workers and given:
+        raise TokenmillError(
+            "--prefill-workers, --decode-gpus, --decode-gpu and --decode-layout need --decode-workers ≥ 1"
+        )
     if not plan.fits:
         raise TokenmillError(f"prefill worker: {plan.reason}" if decode_workers else str(plan.reason))
     changes = decode_changes(decode_layout)
     dgpus = gpus if decode_gpus is None else decode_gpus
     if not decode_workers:
         return Deployment("", plan).named(), changes, dgpus
-    dep = Deployment("", plan, decode_plan(plan, changes, dgpus), prefill_workers, decode_workers)
+    dep = Deployment("", plan, decode_plan(plan, changes, dgpus, gpu=decode_gpu), prefill_workers, decode_workers)
     return dep.named(), changes, dgpus
 
 
@@ -154,6 +174,7 @@ def compared(
     two with one name, or an item a deployment cannot be built from is a one-line error naming it.
     ``model_in`` loads the model with another weight format (a ``weight-format`` item); a ``gpu``
     item plans it on that GPU."""
+    from tokenmill.hardware import load_gpu
     from tokenmill.perf.predict import check_disaggregated
     from tokenmill.plan import plan_memory
 
@@ -173,14 +194,27 @@ def compared(
         given.pop(GPU_KEY, None)
         gpu, _ = compared_gpu(item, base.plan.gpu)
         plan = plan_memory(model, gpu, n, layout)
+        # the decode workers' GPU kind: the item's, else the base's decode workers' where the item
+        # keeps the base's GPU, else the item's prefill GPU
+        dkind = given.pop("decode-gpu", None)
+        if dkind is not None:
+            try:
+                dgpu = load_gpu(dkind)
+            except TokenmillError as exc:
+                raise TokenmillError(f"--compare {item!r}: decode-gpu: {exc}") from None
+        elif base.decode is not None and gpu.name == base.plan.gpu.name:
+            dgpu = base.decode.gpu
+        else:
+            dgpu = gpu
         d = _count(item, "decode-workers", given.pop("decode-workers"), 0) if "decode-workers" in given else None
         d = base.decode_workers if d is None else d
         p = _count(item, "prefill-workers", given.pop("prefill-workers"), 1) if "prefill-workers" in given else None
         dg = _count(item, "decode-gpus", given.pop("decode-gpus"), 1) if "decode-gpus" in given else None
         if not d:
-            if p is not None or dg is not None or given:
+            if p is not None or dg is not None or given or dkind is not None:
                 raise TokenmillError(
-                    f"--compare {item!r}: prefill-workers, decode-gpus and decode-KEY need decode-workers ≥ 1"
+                    f"--compare {item!r}: prefill-workers, decode-gpus, decode-gpu and decode-KEY need "
+                    "decode-workers ≥ 1"
                 )
             out.append(Deployment("", plan))
             continue
@@ -188,7 +222,8 @@ def compared(
         changes = {**base_changes, **decode_changes(spec, f"--compare {item!r}")}
         dgpus = dg if dg is not None else (base_decode_gpus if base.decode is not None else n)
         prefill_workers = p if p is not None else base.prefill_workers
-        out.append(Deployment("", plan, decode_plan(plan, changes, dgpus, f"--compare {item!r}"), prefill_workers, d))
+        decode = decode_plan(plan, changes, dgpus, f"--compare {item!r}", dgpu)
+        out.append(Deployment("", plan, decode, prefill_workers, d))
     names = layout_names(on_gpus([d.describe() for d in out], [d.plan.gpu.name for d in out]), compare, label)
     result = [d.named(name) for name, d in zip(names, out, strict=True)]
     for dep in result[1:]:

@@ -431,13 +431,13 @@ def layout_from_flags(flags: dict[str, Any], gpus: int) -> Any:
     )
 
 
-def load_gpu_flag(name: str) -> Any:
+def load_gpu_flag(name: str, flag: str = "--gpu") -> Any:
     from tokenmill.hardware import load_gpu
 
     try:
         return load_gpu(name)
     except TokenmillError as exc:
-        raise TokenmillError(f"--gpu: {exc}") from None
+        raise TokenmillError(f"{flag}: {exc}") from None
 
 
 def build_plan(model: str, gpu: str, gpus: int, flags: dict[str, Any]) -> Any:

@@ -19,6 +19,7 @@ from tokenmill.cli.options import (
     SetOpt,
     build_plan,
     check_figures,
+    load_gpu_flag,
     parse_number_list,
     with_layout_options,
 )
@@ -76,6 +77,14 @@ def predict(
     ] = 0,
     decode_gpus: Annotated[
         int | None, typer.Option("--decode-gpus", help="Disaggregated: GPUs per decode worker (default: --gpus).")
+    ] = None,
+    decode_gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--decode-gpu",
+            help="Disaggregated: the decode workers' kind of GPU where it is not the prefill workers' "
+            "(prefill on H200, decode on H20).",
+        ),
     ] = None,
     decode_layout: Annotated[
         str | None,
@@ -184,7 +193,13 @@ def predict(
     plan = build_plan(model, gpu, gpus, flags)
     check_engine_runs_on(b, plan.gpu, "--backend")
     base, base_changes, base_dgpus = base_deployment(
-        plan, prefill_workers, decode_workers, decode_gpus, decode_layout, gpus
+        plan,
+        prefill_workers,
+        decode_workers,
+        decode_gpus,
+        decode_layout,
+        gpus,
+        load_gpu_flag(decode_gpu, "--decode-gpu") if decode_gpu is not None else None,
     )
 
     def model_in(weight_format: str) -> Any:
@@ -195,8 +210,11 @@ def predict(
     speculating = [(dep.plan if dep.decode is None else dep.decode).layout.speculative.enabled for dep in named]
     if accept_length is not None and len(named) > 1 and not any(speculating):
         raise TokenmillError("--accept-length needs speculative decoding (--speculative dspark:B or mtp:N)")
-    for dep in named[1:]:  # a compared deployment on another GPU (--compare gpu=G) must run this engine
-        check_engine_runs_on(b, dep.plan.gpu, f"--compare {dep.name!r}: --backend")
+    for dep in named:  # a deployment on another GPU (--compare gpu=G, --decode-gpu) must run this engine
+        where = "--backend" if dep is named[0] else f"--compare {dep.name!r}: --backend"
+        for worker in (dep.plan, dep.decode):
+            if worker is not None:
+                check_engine_runs_on(b, worker.gpu, where)
     prices = parse_prices(usd_per_gpu_hour) if usd_per_gpu_hour is not None else None
     price_of = {dep.plan.gpu.name: prices.for_gpu(dep.plan.gpu.name) for dep in named} if prices else {}
     table = load_table(params_file)
@@ -220,12 +238,23 @@ def predict(
         )
         return params, notes, band, band_note, held_out
 
-    by_gpu = {name: constants(name) for name in dict.fromkeys(dep.plan.gpu.name for dep in named)}
+    worker_gpus = [w.gpu.name for dep in named for w in (dep.plan, dep.decode) if w is not None]
+    by_gpu = {name: constants(name) for name in dict.fromkeys(worker_gpus)}
 
     def point(
         at: Deployment, accept: float | None, level: int, waiting: Callable[[], AbstractContextManager[None]]
     ) -> dict[str, Any]:
         params, notes, band, band_note, held_out = by_gpu[at.plan.gpu.name]
+        decode_params = None
+        if at.mixed:  # decode workers on another GPU: their constants, and no band the file measured
+            assert at.decode is not None
+            decode_params, decode_notes, *_ = by_gpu[at.decode.gpu.name]
+            notes = notes + [f"decode workers on {at.decode.gpu.name}: {n}" for n in decode_notes if n not in notes]
+            band, held_out = None, None
+            band_note = (
+                "no error band: the calibration file holds no deployment whose prefill and decode run "
+                "on two kinds of GPU"
+            )
         if at.decode is not None:
             pred = predict_disaggregated(
                 at.plan,
@@ -240,6 +269,7 @@ def predict(
                 notes,
                 waiting,
                 accept_length=accept,
+                decode_params=decode_params,
             )
         else:
             pred = run(at.plan, b, isl, osl, level, params, accept, notes, waiting, saturated=not exact)

@@ -205,9 +205,12 @@ def _prediction(
     params: PerfParams,
     res: ReplayResult,
     notes: list[str] | None,
+    decode_params: PerfParams | None = None,
 ) -> Prediction:
+    """The prediction of a replay; ``decode_params`` the decode workers' constants where they run
+    on another kind of GPU than ``plan``'s (``params`` otherwise)."""
     rps = res.requests_per_s
-    step = decode_breakdown(decode_plan, params, res.decode_batch, res.decode_context)
+    step = decode_breakdown(decode_plan, decode_params or params, res.decode_batch, res.decode_context)
     return Prediction(
         model=plan.model.name,
         gpu=plan.gpu.name,
@@ -262,6 +265,7 @@ def predict_disaggregated(
     notes: list[str] | None = None,
     waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
     accept_length: float | None = None,
+    decode_params: PerfParams | None = None,
 ) -> Prediction:
     """The same point on ``prefill_workers`` prefill workers and ``decode_workers`` decode workers
     (``replay_disaggregated``): TTFT = prefill + KV (and state) hand-over + front end; TPOT = one
@@ -294,14 +298,18 @@ def predict_disaggregated(
         parallel=True,
         waiting=waiting,
         accept_length=accept,
+        decode_params=decode_params,
     )
     gpus = prefill_plan.gpus * prefill_workers + decode_plan.gpus * decode_workers
-    pred = _prediction(prefill_plan, decode_plan, gpus, backend, isl, osl, concurrency, accept, params, res, notes)
+    pred = _prediction(
+        prefill_plan, decode_plan, gpus, backend, isl, osl, concurrency, accept, params, res, notes, decode_params
+    )
     pred.disaggregated = {
         "prefill_workers": prefill_workers,
         "prefill_gpus_per_worker": prefill_plan.gpus,
         "decode_workers": decode_workers,
         "decode_gpus_per_worker": decode_plan.gpus,
+        "decode_gpu": decode_plan.gpu.name,
         "decode_layout": layout_dict(decode_plan.layout),
         "decode_capacity_per_worker": decode_capacity(decode_plan, isl, osl),  # requests it holds at once
     }

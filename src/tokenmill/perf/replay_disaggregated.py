@@ -124,27 +124,35 @@ def replay_disaggregated(
     parallel: bool = False,
     waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
     accept_length: float = 1.0,
+    decode_params: PerfParams | None = None,
 ) -> ReplayResult:
     """Prefill workers replayed in closed loop; decode workers in steady state (module doc).
     ``parallel`` and ``waiting`` as in ``replay_aggregated``: the prefill replay runs its two
     regimes at once. Under speculative decoding (the decode worker's layout) a decode step is one
-    verify pass of the drafter's width and yields ``accept_length`` tokens a request."""
+    verify pass of the drafter's width and yields ``accept_length`` tokens a request. The decode
+    workers may run on another kind of GPU than the prefill workers (``decode_plan.gpu``, with
+    ``decode_params``, its constants): the KV then crosses the NIC, the slower of the two."""
     for plan in (prefill_plan, decode_plan):
         if not plan.fits:
             raise TokenmillError(f"cannot replay: {plan.reason}")
     check_concurrency(concurrency)
-    gpu = prefill_plan.gpu
+    gpu, dgpu = prefill_plan.gpu, decode_plan.gpu
+    mixed = dgpu.name != gpu.name
+    if mixed and record:
+        raise TokenmillError("a recorded replay (calibration) runs its prefill and decode workers on one kind of GPU")
+    dparams = params if decode_params is None else decode_params
     pipelined = prefill_plan.layout.pp > 1
     pcost = (PipelinedCost if pipelined else CostModel)(prefill_plan.model, gpu, prefill_plan.layout, params)
-    dcost = CostModel(decode_plan.model, gpu, decode_plan.layout, params)
+    dcost = CostModel(decode_plan.model, dgpu, decode_plan.layout, dparams)
     policy = engine_policy(backend, gpu, prefill_plan.layout)
     # KV hand-over
     nbytes = transfer_bytes(prefill_plan, isl, decode_plan.layout.speculative)
     total_gpus = (
         prefill_plan.layout.gpus_per_worker * prefill_workers + decode_plan.layout.gpus_per_worker * decode_workers
     )
-    nvlink = total_gpus <= gpu.scale_up_domain_gpus and gpu.scale_up_domain_gpus > gpu.gpus_per_node
-    link = gpu.scale_up_bandwidth_bytes_per_s if nvlink else gpu.nic_bandwidth_bytes_per_s
+    nvlink = not mixed and total_gpus <= gpu.scale_up_domain_gpus and gpu.scale_up_domain_gpus > gpu.gpus_per_node
+    nic = min(gpu.nic_bandwidth_bytes_per_s, dgpu.nic_bandwidth_bytes_per_s)
+    link = gpu.scale_up_bandwidth_bytes_per_s if nvlink else nic
     xfer_row = latency_row(0.0, 1.0, nbytes / (link * prefill_plan.layout.gpus_per_worker))
     xfer = float(combine(xfer_row, params)["kv_transfer"])
     lat = float(combine(latency_row(), params)["request_latency"])
@@ -170,7 +178,7 @@ def replay_disaggregated(
         b = max(1, min(capacity, round(batch)))
         shape = BatchShape(decode=(DecodeWork(int(ctx), width),) * b)
         f = dcost.features(shape)
-        return f, step_seconds(f, params) / accept
+        return f, step_seconds(f, dparams) / accept
 
     def decode_bound(tpot_s: float) -> float:
         """TTFT where the decode workers bind: each holds ``capacity`` requests, so a lane's cycle
@@ -225,7 +233,7 @@ def replay_disaggregated(
             f"so a request waits {wait * 1e3:,.1f} ms for a decode slot"
         )
     ttft += wait
-    lag = step_lag(params, tpot, accept)  # the decode worker streams the tokens
+    lag = step_lag(dparams, tpot, accept)  # the decode worker streams the tokens
     ttft += lag
     recorded = None
     if record:
