@@ -75,3 +75,15 @@ def test_a_compared_gpu_without_a_price_is_refused(capsys: pytest.CaptureFixture
     code, out, err = cli(capsys, *BASE, "--compare", "gpu=a100", "--usd-per-gpu-hour", "h100=2.5")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith("error: --usd-per-gpu-hour gives no price for a100 (given: h100)")
+
+
+def test_prefill_and_decode_on_two_gpus_cost_their_average_hour(capsys: pytest.CaptureFixture[str]) -> None:
+    """4 H200 prefilling at $3 an hour and 4 H20 decoding at $1: $2 a GPU-hour over the 8 GPUs the
+    per-GPU throughput divides by; without the H20's price, a one-line error."""
+    mixed = ("predict", "--model", "llama-3.1-70b", "--gpu", "h200", "--gpus", "4", "--backend", "sglang")
+    mixed += ("--isl", "8192", "--osl", "1024", "--concurrency", "16", "--decode-workers", "1", "--decode-gpu", "h20")
+    got = cli_json(capsys, *mixed, "--usd-per-gpu-hour", "h200=3,h20=1", "--json")
+    assert got["usd_per_gpu_hour"] == pytest.approx(2.0)
+    assert got["usd_per_million_total_tokens"] == pytest.approx(2e6 / 3600 / got["total_throughput_per_gpu"])
+    code, _, err = cli(capsys, *mixed, "--usd-per-gpu-hour", "h200=3")
+    assert code == 2 and err.startswith("error: --usd-per-gpu-hour gives no price for h20 (given: h200)")

@@ -216,7 +216,9 @@ def predict(
             if worker is not None:
                 check_engine_runs_on(b, worker.gpu, where)
     prices = parse_prices(usd_per_gpu_hour) if usd_per_gpu_hour is not None else None
-    price_of = {dep.plan.gpu.name: prices.for_gpu(dep.plan.gpu.name) for dep in named} if prices else {}
+    # a GPU-hour of each deployment: its GPUs' prices averaged over its GPUs (prefill and decode
+    # workers on two kinds of GPU are two prices)
+    price_of = {dep.name: _hour_price(dep, prices) for dep in named} if prices else {}
     table = load_table(params_file)
     # what --weight-format changed, once, or per deployment where the compared ones differ
     formats = [(dep.name, dep.plan.model.requantized) for dep in named if dep.plan.model.requantized]
@@ -290,7 +292,7 @@ def predict(
         if slo is not None:
             out["meets_slo"] = _meets(out, slo)
         if price_of:
-            price = price_of[at.plan.gpu.name]
+            price = price_of[at.name]
             out["usd_per_gpu_hour"] = price
             out["usd_per_million_total_tokens"] = usd_per_million_tokens(price, out["total_throughput_per_gpu"])
             out["usd_per_million_output_tokens"] = usd_per_million_tokens(price, out["output_throughput_per_gpu"])
@@ -362,6 +364,16 @@ def predict(
             print_measured(p["measured"])
     for path_name in written:
         print(f"wrote {path_name}")
+
+
+def _hour_price(dep: Any, prices: Any) -> float:
+    """One GPU-hour of ``dep`` in US dollars: its prefill (or only) workers' GPUs and its decode
+    workers' at their kinds' prices, averaged over all of them (what per-GPU throughput divides by)."""
+    pools = [(dep.plan.gpu.name, dep.plan.gpus * (dep.prefill_workers if dep.decode is not None else 1))]
+    if dep.decode is not None:
+        pools.append((dep.decode.gpu.name, dep.decode.gpus * dep.decode_workers))
+    count = sum(n for _, n in pools)
+    return float(sum(prices.for_gpu(kind) * n for kind, n in pools) / count)
 
 
 def _usd(value: float | None) -> str:
