@@ -252,7 +252,7 @@ def test_sweep_compares_gpus_each_with_its_own_constants(capsys: pytest.CaptureF
     h100, a100 = (both[n]["rates"][0] for n in both)
     assert a100["mean_tpot_ms"] > 1.3 * h100["mean_tpot_ms"] and a100["mean_ttft_ms"] > h100["mean_ttft_ms"]
     code, out, err = cli(capsys, *base, "--gpu", "h100", "--compare", "gpu=a10g")
-    assert code == 2 and out == "" and err.startswith("error: --compare 'gpu=a10g': unknown GPU 'a10g'")
+    assert code == 2 and out == "" and err.startswith("error: --compare 'gpu=a10g': gpu: unknown GPU 'a10g'")
 
 
 def test_without_backend_the_table_says_the_cost_model_is_the_priors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1386,7 +1386,7 @@ def test_a_compared_gpu_is_predicted_as_that_gpu_alone(capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     ("compare", "message"),
     [
-        ("gpu=a10g", "error: --compare 'gpu=a10g': unknown GPU 'a10g'"),
+        ("gpu=a10g", "error: --compare 'gpu=a10g': gpu: unknown GPU 'a10g'"),
         ("gpu=mi300x", "error: --compare 'TP4 on mi300x': --backend trtllm runs on nvidia GPUs only"),
         ("gpu=l40s,gpus=2,tp=2", "error: layout 'TP2 on l40s': does not fit"),
     ],

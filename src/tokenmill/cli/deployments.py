@@ -27,6 +27,8 @@ from tokenmill.errors import TokenmillError
 DECODE_LAYOUT_KEYS = ITEM_KEYS
 #: ``--compare`` keys of disaggregation besides ``decode-KEY`` (predict only).
 WORKER_KEYS = ("prefill-workers", "decode-workers", "decode-gpus", "decode-gpu")
+#: ``--compare`` key of the decode workers' GPU (predict only): ``--decode-gpu``.
+DECODE_GPU_KEY = "decode-gpu"
 #: ``--compare`` key of the model's weight format (predict only): the model it names is loaded anew.
 FORMAT_KEY = "weight-format"
 #: ``--compare`` key of the GPU (predict only): the deployment on another GPU of the catalog.
@@ -52,8 +54,7 @@ class Deployment:
     def describe(self) -> str:
         if self.decode is None:
             return _worker(self.plan)
-        # decode workers on another kind of GPU (--decode-gpu) say which
-        on = f" on {self.decode.gpu.name}" if self.decode.gpu.name != self.plan.gpu.name else ""
+        on = f" on {self.decode.gpu.name}" if self.mixed else ""  # decode workers on another GPU say which
         return (
             f"{self.prefill_workers} prefill × {_worker(self.plan)} ({self.plan.gpus} GPUs) + "
             f"{self.decode_workers} decode × {_worker(self.decode)} ({self.decode.gpus} GPUs{on})"
@@ -174,7 +175,6 @@ def compared(
     two with one name, or an item a deployment cannot be built from is a one-line error naming it.
     ``model_in`` loads the model with another weight format (a ``weight-format`` item); a ``gpu``
     item plans it on that GPU."""
-    from tokenmill.hardware import load_gpu
     from tokenmill.perf.predict import check_disaggregated
     from tokenmill.plan import plan_memory
 
@@ -196,16 +196,9 @@ def compared(
         plan = plan_memory(model, gpu, n, layout)
         # the decode workers' GPU kind: the item's, else the base's decode workers' where the item
         # keeps the base's GPU, else the item's prefill GPU
-        dkind = given.pop("decode-gpu", None)
-        if dkind is not None:
-            try:
-                dgpu = load_gpu(dkind)
-            except TokenmillError as exc:
-                raise TokenmillError(f"--compare {item!r}: decode-gpu: {exc}") from None
-        elif base.decode is not None and gpu.name == base.plan.gpu.name:
-            dgpu = base.decode.gpu
-        else:
-            dgpu = gpu
+        dkind = given.pop(DECODE_GPU_KEY, None)
+        inherited = base.decode.gpu if base.decode is not None and gpu.name == base.plan.gpu.name else gpu
+        dgpu, _ = compared_gpu(item, inherited, DECODE_GPU_KEY)
         d = _count(item, "decode-workers", given.pop("decode-workers"), 0) if "decode-workers" in given else None
         d = base.decode_workers if d is None else d
         p = _count(item, "prefill-workers", given.pop("prefill-workers"), 1) if "prefill-workers" in given else None

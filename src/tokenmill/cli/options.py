@@ -188,19 +188,20 @@ def compared_plans(base: Any, compare: list[str] | None, label: list[str] | None
     return list(zip(names, plans, strict=True))
 
 
-def compared_gpu(item: str, default: Any) -> tuple[Any, str]:
-    """A ``--compare`` item's GPU (``gpu=a100``; ``default`` without one) and the rest of the item,
-    a one-line error naming the item for a GPU the catalog does not know."""
+def compared_gpu(item: str, default: Any, key: str = "gpu") -> tuple[Any, str]:
+    """A ``--compare`` item's GPU under ``key`` (``gpu=a100``, or ``decode-gpu=h20`` for the decode
+    workers; ``default`` without one) and the rest of the item, a one-line error naming the item
+    for a GPU the catalog does not know."""
     from tokenmill.hardware import load_gpu
 
     gpu, rest = default, []
     for part in filter(None, (s.strip() for s in item.split(","))):
-        key, sep, value = part.partition("=")
-        if sep and key.strip().lstrip("-") == "gpu":
+        name, sep, value = part.partition("=")
+        if sep and name.strip().lstrip("-").replace("_", "-") == key:
             try:
                 gpu = load_gpu(value.strip())
             except TokenmillError as exc:
-                raise TokenmillError(f"--compare {item!r}: {exc}") from None
+                raise TokenmillError(f"--compare {item!r}: {key}: {exc}") from None
         else:
             rest.append(part)
     return gpu, ",".join(rest)

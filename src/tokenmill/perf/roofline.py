@@ -399,6 +399,9 @@ class CostModel:
         else:
             self._lin_dec_flops = self._lin_pre_flops = self._lin_pre_bytes_per_token = self._lin_state_rw = 0.0
         self._draft = self._draft_demands()
+        # read by every step's features and every cohort step of the executor: fixed per model
+        swa = (self._window,) if self._swa_layers and self._window else ()
+        self._context_windows: tuple[int, ...] = swa + ((self._mla_topk,) if self._mla_sparse else ())
 
     # --- precomputation ----------------------------------------------------------------------
     def _linear_groups(self) -> tuple[_Group, _Group, _Group]:
@@ -511,12 +514,7 @@ class CostModel:
         """The most tokens of a context each attention kind reads (a sliding window, a sparse
         attention's top k): a ``DecodeSum`` describes a decode batch exactly when it carries
         Σ min(context, W) for each of them (``DecodeSum.clipped``, in this order)."""
-        windows = []
-        if self._swa_layers and self._window:
-            windows.append(self._window)
-        if self._mla_sparse:
-            windows.append(self._mla_topk)
-        return tuple(windows)
+        return self._context_windows
 
     def features(self, shape: BatchShape) -> Features:
         """Resource demands of one step (see the module docstring); zeros for an empty batch."""

@@ -134,6 +134,18 @@ class ParamTable:
             {b: dict(v) for b, v in self.versions.items()},
         )
 
+    def gpu_source(self, gpu: str) -> tuple[str, str | None]:
+        """Where ``gpu``'s per-GPU constants come from, and the table's GPU they are taken from:
+        ("fitted", gpu), ("sibling", a fitted GPU of its architecture: its die's constants, the
+        medians for memory and links), ("medians", None) or, for a table without GPUs, ("priors",
+        None). ``resolve`` applies it; ``constants_source`` says it."""
+        if gpu in self.gpus:
+            return "fitted", gpu
+        sibling = same_architecture(gpu, self.gpus)
+        if sibling is not None:
+            return "sibling", sibling
+        return ("medians", None) if self.gpus else ("priors", None)
+
     def gpu_values(self, gpu: str) -> dict[str, float]:
         """``gpu``'s per-GPU constants as every command reads them: its own where the table names
         it, else what ``resolve`` gives a GPU it does not (a sibling's die and the fitted GPUs'
@@ -169,15 +181,14 @@ class ParamTable:
         if self.global_ and len(self.global_) < len(GLOBAL_FIELDS):
             missing = sorted(set(GLOBAL_FIELDS) - set(self.global_))
             notes.append(f"global constants {', '.join(missing)}: priors")
-        source: str | None = gpu
-        if gpu not in self.gpus:
-            source = same_architecture(gpu, self.gpus)
-            if source is not None:
+        kind, source = self.gpu_source(gpu)
+        if kind != "fitted":
+            if kind == "sibling":
                 notes.append(
                     f"GPU {gpu}: not calibrated; using {source}'s fitted kernel efficiencies (same architecture) "
                     f"and the median of the fitted GPUs' {' and '.join(PER_GPU_FIELDS)}"
                 )
-            elif self.gpus:
+            elif kind == "medians":
                 medians = self._medians(GPU_FIELDS)
                 values.update(medians)
                 note = (
@@ -346,12 +357,8 @@ def constants_source(gpu: str, table: ParamTable | None = None) -> str:
     name = gpu.strip().lower()
     if name not in known_gpu_names() and local_params_path(gpu).is_file():
         return "measured here (calibrate local)"
-    if name in table.gpus:
-        return "fitted"
-    if not table.gpus:
-        return "priors"
-    sibling = same_architecture(name, table.gpus)
-    return f"{sibling}'s die, medians" if sibling else "fitted GPUs' medians"
+    kind, sibling = table.gpu_source(name)
+    return {"sibling": f"{sibling}'s die, medians", "medians": "fitted GPUs' medians"}.get(kind, kind)
 
 
 def resolve_params(gpu: str, backend: str | None) -> tuple[PerfParams, list[str]]:
