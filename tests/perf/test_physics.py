@@ -290,6 +290,7 @@ def test_moe_activation_traffic_is_one_pass_over_each_gpus_expert_inputs() -> No
 # --- DeepSeek Sparse Attention (DeepSeek-V3.2) ------------------------------------------------
 
 V32_CONFIG = Path(__file__).parents[1] / "spec" / "fixtures" / "deepseek_v3_2_config.json"
+SCOUT_CONFIG = Path(__file__).parents[1] / "spec" / "fixtures" / "llama_4_scout_config.json"
 
 
 def test_sparse_mla_decode_reads_top_k_latents_and_every_indexer_key() -> None:
@@ -324,7 +325,9 @@ def test_sparse_mla_prefill_clips_each_querys_keys_at_top_k() -> None:
     assert f.pre_attn_flop_s == pytest.approx(61 * (attended * per_pair + scored * index) / h200.flops("bf16"))
 
 
-@pytest.mark.parametrize(("model", "windows"), [(str(V32_CONFIG), (2048,)), ("gpt-oss-120b", (128,))])
+@pytest.mark.parametrize(
+    ("model", "windows"), [(str(V32_CONFIG), (2048,)), ("gpt-oss-120b", (128,)), (str(SCOUT_CONFIG), (8192,))]
+)
 def test_a_summed_decode_batch_carries_its_contexts_clipped_at_the_window(model: str, windows: tuple[int, ...]) -> None:
     """min(context, W) is not linear in the contexts (DeepSeek-V3.2's top 2,048, gpt-oss's
     128-token windows): a summed batch without Σ min(context, W) is refused, and one with it costs
@@ -343,3 +346,48 @@ def test_a_summed_decode_batch_carries_its_contexts_clipped_at_the_window(model:
     listed = cost.features(BatchShape(decode=tuple(DecodeWork(c) for c in contexts)))
     assert summed.dec_attn_mem_s == pytest.approx(listed.dec_attn_mem_s)
     assert summed.dec_attn_flop_s == pytest.approx(listed.dec_attn_flop_s)
+
+
+# --- Llama 4's chunked local attention ----------------------------------------------------------
+
+# Scout on TP8: 40 / 8 = 5 query heads and 1 KV head of 128 per GPU; 12 full layers (every fourth)
+# and 36 layers that attend within chunks of 8,192 tokens
+_SCOUT_FULL, _SCOUT_CHUNKED, _SCOUT_PAIR_FLOPS = 12, 36, 4 * 5 * 128
+
+
+def _chunk_keys(position: int, chunk: int = 8192) -> int:
+    """Keys the query at ``position`` attends to in a chunked layer, counted one by one."""
+    return position - (position // chunk) * chunk + 1
+
+
+def test_chunked_prefill_attends_within_each_chunk() -> None:
+    """A 32,768-token prompt: the full layers do 32,768 × 32,769 / 2 pairs, the chunked ones four
+    chunks of 8,192 × 8,193 / 2; a 1,000-token midfill after 8,000 cached tokens crosses a chunk
+    boundary (192 queries in the first chunk, 808 in the next) and reads the 8,000 cached keys of
+    its first chunk in the chunked layers, all of them in the full ones."""
+    scout, h200 = load_model(str(SCOUT_CONFIG)), load_gpu("h200")
+    cost = CostModel(scout, h200, Layout(tp=8))
+    f = cost.features(BatchShape(prefill=(PrefillWork(32768),)))
+    pairs = _SCOUT_FULL * 32768 * 32769 / 2 + _SCOUT_CHUNKED * 4 * 8192 * 8193 / 2
+    assert f.pre_attn_flop_s == pytest.approx(pairs * _SCOUT_PAIR_FLOPS / h200.flops("bf16"))
+    mid = cost.features(BatchShape(prefill=(PrefillWork(1000, 8000),)))
+    full = sum(p + 1 for p in range(8000, 9000))
+    chunked = sum(_chunk_keys(p) for p in range(8000, 9000))
+    assert chunked == sum(range(8001, 8193)) + sum(range(1, 809))
+    pairs = _SCOUT_FULL * full + _SCOUT_CHUNKED * chunked
+    assert mid.pre_attn_flop_s == pytest.approx(pairs * _SCOUT_PAIR_FLOPS / h200.flops("bf16"))
+    read = (_SCOUT_FULL + _SCOUT_CHUNKED) * 8000 * 2 * 128 * 2  # K and V of 1 head, BF16
+    assert mid.pre_attn_mem_s == pytest.approx(read / h200.hbm_bandwidth_bytes_per_s)
+
+
+def test_chunked_decode_reads_at_most_a_chunk() -> None:
+    """One decode token at a 20,000-token context: the full layers read all 20,000 keys and
+    values, the chunked ones are priced at a chunk's 8,192 (the kernel reads 20,000 mod 8,192 + 1
+    = 3,617: an upper bound above one chunk, exact below it, as at 5,000)."""
+    scout, h200 = load_model(str(SCOUT_CONFIG)), load_gpu("h200")
+    cost = CostModel(scout, h200, Layout(tp=8))
+    per_key = 2 * 128 * 2
+    for context, chunked in ((20_000, 8192), (5000, 5000)):
+        f = cost.features(BatchShape(decode=(DecodeWork(context),)))
+        read = (_SCOUT_FULL * context + _SCOUT_CHUNKED * chunked) * per_key
+        assert f.dec_attn_mem_s == pytest.approx(read / h200.hbm_bandwidth_bytes_per_s)

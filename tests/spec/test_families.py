@@ -530,6 +530,8 @@ def test_a_config_file_that_is_not_utf8_json_is_one_line_and_a_bom_is_read(tmp_p
 
 GLM_4_5 = FIXTURES / "glm_4_5_config.json"
 MIXTRAL = FIXTURES / "mixtral_8x7b_config.json"
+LLAMA4_SCOUT = FIXTURES / "llama_4_scout_config.json"
+LLAMA4_MAVERICK = FIXTURES / "llama_4_maverick_config.json"
 
 # GLM-4.5 (zai-org/GLM-4.5 config.json), by hand:
 #   embedding + lm_head  2 × 151552 × 5120 (untied)                                 =  1,551,892,480
@@ -597,16 +599,121 @@ def test_a_mixtral_config_with_a_sliding_window_reads_as_sliding_layers() -> Non
     assert _mixers(full, MixerKind.GQA) == list(range(32))
 
 
-@pytest.mark.parametrize("path", [GLM_4_5, MIXTRAL], ids=["glm-4.5", "mixtral-8x7b"])
+@pytest.mark.parametrize(
+    "path", [GLM_4_5, MIXTRAL, LLAMA4_MAVERICK], ids=["glm-4.5", "mixtral-8x7b", "llama-4-maverick"]
+)
 def test_new_families_plan_and_predict(capsys: pytest.CaptureFixture[str], path: Path) -> None:
-    """Both families run through the planner and the cost model: one H200 board holds either in
-    BF16 (706 and 93 GB of weights), and a closed-loop point gives finite times."""
+    """The families run through the planner and the cost model: one H200 board holds each in
+    BF16 (706, 93 and 803 GB of weights), and a closed-loop point gives finite times."""
     deployment = ("--model", str(path), "--gpu", "h200", "--gpus", "8")
     plan = cli_json(capsys, "plan", *deployment, "--json")
     assert plan["fits"] is True
     point_flags = ("--isl", "1024", "--osl", "256", "--concurrency", "8", "--backend", "sglang", "--json")
     point = cli_json(capsys, "predict", *deployment, *point_flags)
     assert 0 < point["tpot_ms"] < 100 and 0 < point["ttft_ms"] < 5_000
+
+
+# --- Llama 4 (llama4): chunked local attention, interleaved MoE ------------------------------
+
+# Llama 4 Scout (meta-llama/Llama-4-Scout-17B-16E config.json), by hand:
+#   embedding + lm_head  2 × 202048 × 5120 (untied)                                  =  2,068,971,520
+#   attention            (2 × 5120 × 5120 + 2 × 5120 × 1024) × 48                      =  3,019,898,880
+#   routed experts       16 × 3 × 5120 × 8192 × 48 MoE layers                          = 96,636,764,160
+#   shared expert        3 × 5120 × 8192 × 48                                          =  6,039,797,760
+#   router               16 × 5120 × 48                                                =      3,932,160
+#   norms                2 × 5120 × 48 + final 5120                                    =        496,640
+#   vision encoder       patch 1408 × 588, class 1408, positions 577 × 1408; per block
+#                        4 × (1408² + 1408) + (5632 × 1408 + 5632) + (1408 × 5632 + 1408)
+#                        + 2 norms × 2 × 1408, × 34; pre/post norms 2 × 2 × 1408; adapter
+#                        4096 × 5632 + 4096 × 4096; projector 5120 × 4096                =    871,932,416
+LLAMA4_VISION = 871_932_416
+LLAMA4_SCOUT_TOTAL = (
+    2_068_971_520 + 3_019_898_880 + 96_636_764_160 + 6_039_797_760 + 3_932_160 + 496_640 + LLAMA4_VISION
+)
+# Maverick: 128 experts in the 24 odd layers, dense MLPs of 16,384 in the 24 even ones
+#   routed experts 128 × 3 × 5120 × 8192 × 24 = 386,547,056,640; shared 3 × 5120 × 8192 × 24 =
+#   3,019,898,880; router 128 × 5120 × 24 = 15,728,640; dense 3 × 5120 × 16384 × 24 = 6,039,797,760
+LLAMA4_MAVERICK_TOTAL = (
+    2_068_971_520
+    + 3_019_898_880
+    + 386_547_056_640
+    + 3_019_898_880
+    + 15_728_640
+    + 6_039_797_760
+    + 496_640
+    + LLAMA4_VISION
+)
+
+
+def test_llama4_scout_has_chunked_layers_and_a_full_one_in_four() -> None:
+    """The rotary layers attend within chunks of 8,192 tokens; every fourth layer (3, 7, …, 47)
+    has no rotary embedding and attends to the whole context. Scout: every layer MoE."""
+    m = load_model(str(LLAMA4_SCOUT))
+    assert (m.model_type, m.family) == ("llama4", "moe_gqa")
+    assert _mixers(m, MixerKind.GQA) == list(range(3, 48, 4))
+    assert _mixers(m, MixerKind.CHUNKED) == [i for i in range(48) if i % 4 != 3]
+    assert _ffns(m, FfnKind.MOE) == list(range(48))
+    assert m.gqa is not None and (m.gqa.num_heads, m.gqa.num_kv_heads, m.gqa.head_dim) == (40, 8, 128)
+    assert m.gqa.attention_chunk == 8192 and m.gqa.sliding_window is None
+    assert m.moe is not None and (m.moe.num_experts, m.moe.experts_per_token, m.moe.num_shared_experts) == (16, 1, 1)
+    assert m.multimodal
+
+
+def test_llama4_maverick_interleaves_moe_and_dense_layers() -> None:
+    """Maverick's config lists ``moe_layers`` (the odd layers) and ``no_rope_layers``; the dense
+    layers' MLP is ``intermediate_size_mlp`` wide."""
+    m = load_model(str(LLAMA4_MAVERICK))
+    assert _ffns(m, FfnKind.MOE) == list(range(1, 48, 2))
+    assert _ffns(m, FfnKind.DENSE) == list(range(0, 48, 2))
+    assert m.dense_intermediate == 16384
+    assert _mixers(m, MixerKind.GQA) == list(range(3, 48, 4))
+
+
+def test_llama4_totals_by_hand_and_published() -> None:
+    """Meta's Llama 4 announcement: Scout 109B total, Maverick 400B total, both 17B active (that
+    count includes the embedding lookup, which ``active_params`` leaves out)."""
+    scout, maverick = load_model(str(LLAMA4_SCOUT)), load_model(str(LLAMA4_MAVERICK))
+    assert scout.total_params == LLAMA4_SCOUT_TOTAL
+    assert maverick.total_params == LLAMA4_MAVERICK_TOTAL
+    assert scout.total_params == pytest.approx(109 * B, rel=0.01), "Llama 4 Scout: 109B total (±1 %)"
+    assert maverick.total_params == pytest.approx(400 * B, rel=0.01), "Llama 4 Maverick: 400B total (±1 %)"
+    embed = 202048 * 5120
+    for m in (scout, maverick):
+        assert m.active_params + embed == pytest.approx(17 * B, rel=0.02), "Llama 4: 17B active (±2 %)"
+
+
+def test_llama4_chunked_layers_keep_a_full_cache() -> None:
+    """SGLang's default pool caches every token of every layer, chunked or not: 48 layers × 2 ×
+    1 KV head per GPU (8 over TP8) × 128 × 2 B = 24,576 B per token per GPU."""
+    from tokenmill.hardware import load_gpu
+    from tokenmill.plan import Layout, plan_memory
+
+    plan = plan_memory(load_model(str(LLAMA4_SCOUT)), load_gpu("h100"), 8, Layout(tp=8))
+    assert plan.sizes.kv_bytes_per_token == 48 * 2 * 1 * 128 * 2
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"no_rope_layers": [1, 0, 1]}, "no_rope_layers"),
+        ({"no_rope_layers": [2] * 48}, "no_rope_layers"),
+        ({"moe_layers": [0, 48]}, "moe_layers"),
+        ({"attention_chunk_size": -1}, "attention_chunk_size"),
+        ({"intermediate_size_mlp": None, "interleave_moe_layer_step": 2}, "intermediate_size_mlp"),
+    ],
+)
+def test_llama4_bad_fields_name_themselves(change: dict[str, Any], field: str) -> None:
+    config = _fixture(LLAMA4_SCOUT)
+    config["text_config"] = config["text_config"] | change
+    with pytest.raises(TokenmillError, match=rf"field '{field}'.*model_type llama4_text"):
+        model_from_config(config, "llama4-bad")
+
+
+def test_llama4_without_a_chunk_is_full_attention() -> None:
+    config = _fixture(LLAMA4_SCOUT)
+    config["text_config"] = config["text_config"] | {"attention_chunk_size": None}
+    m = model_from_config(config, "llama4-full")
+    assert _mixers(m, MixerKind.GQA) == list(range(48)) and m.gqa is not None and m.gqa.attention_chunk is None
 
 
 # --- DeepSeek-V3.2 (deepseek_v32): DeepSeek-V3 with DeepSeek Sparse Attention's indexer ---------

@@ -298,6 +298,13 @@ def _clipped_pairs(new_tokens: int, context: int, topk: int) -> float:
     return below * context + below * (below + 1) / 2 + (new_tokens - below) * topk
 
 
+def _chunked_pairs(tokens: int, chunk: int) -> float:
+    """Query-key pairs of chunked local attention over positions 0 … ``tokens`` − 1: the query at
+    position p attends to the p mod ``chunk`` + 1 keys of its own chunk."""
+    whole, rest = divmod(tokens, chunk)
+    return whole * chunk * (chunk + 1) / 2 + rest * (rest + 1) / 2
+
+
 def _clipped_sums(
     dec: Sequence[DecodeWork], agg: DecodeSum | None, window: int, windows: tuple[int, ...]
 ) -> tuple[float, float]:
@@ -352,6 +359,8 @@ class CostModel:
         self._mla_index_flops = 0.0
         self._gqa_layers = len(model.layers_with(MixerKind.GQA))
         self._swa_layers = len(model.layers_with(MixerKind.SWA))
+        self._chunked_layers = len(model.layers_with(MixerKind.CHUNKED))
+        self._chunk = 0
         self._linear_layers = len(model.linear_layers)
         self._moe_layers = len(model.moe_layers)
         self._dense, self._experts, self._head = self._linear_groups()
@@ -386,6 +395,7 @@ class CostModel:
             self._gqa_kv_heads = max(1.0, q.num_kv_heads / attn_tp)
             self._gqa_dim = q.head_dim
             self._window = q.sliding_window
+            self._chunk = q.attention_chunk or 0
         lin = model.linear
         if lin is not None and self._linear_layers:
             heads = lin.state_heads / attn_tp
@@ -401,7 +411,9 @@ class CostModel:
         self._draft = self._draft_demands()
         # read by every step's features and every cohort step of the executor: fixed per model
         swa = (self._window,) if self._swa_layers and self._window else ()
-        self._context_windows: tuple[int, ...] = swa + ((self._mla_topk,) if self._mla_sparse else ())
+        chunked = (self._chunk,) if self._chunked_layers and self._chunk else ()
+        sparse = (self._mla_topk,) if self._mla_sparse else ()
+        self._context_windows: tuple[int, ...] = swa + chunked + sparse
 
     # --- precomputation ----------------------------------------------------------------------
     def _linear_groups(self) -> tuple[_Group, _Group, _Group]:
@@ -481,7 +493,7 @@ class CostModel:
                 pre_f += n * 2.0 * h * (attended * self._mla_qkv + w.context * self._mla_expand)
                 pre_f += n * self._mla_index_flops * pairs  # the indexer scores every causal pair
                 pre_b += n * w.context * (self._mla_latent_b + self._mla_index_b)
-        if self.model.gqa is not None and (self._gqa_layers or self._swa_layers):
+        if self.model.gqa is not None and (self._gqa_layers or self._swa_layers or self._chunked_layers):
             h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
             for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
                 if not layers:
@@ -494,6 +506,13 @@ class CostModel:
                         pairs = w.new_tokens * window
                     pre_f += layers * 4.0 * pairs * h * hd
                     pre_b += layers * ctx * 2 * kvh * hd * self._kv_b
+            if self._chunked_layers and self._chunk:
+                c = self._chunk
+                for w in pre:
+                    pairs = _chunked_pairs(w.context + w.new_tokens, c) - _chunked_pairs(w.context, c)
+                    pre_f += self._chunked_layers * 4.0 * pairs * h * hd
+                    # the cached keys of the chunk the first new token falls in
+                    pre_b += self._chunked_layers * (w.context % c) * 2 * kvh * hd * self._kv_b
         if self._lin_state_rw:
             if chunk_pad:
                 pre_tokens = sum(-(-w.new_tokens // _KDA_CHUNK) * _KDA_CHUNK for w in pre)
@@ -592,7 +611,7 @@ class CostModel:
                 a_tok, a_sum = ctx_tok, ctx_sum
             dec_f += n * (2.0 * h * self._mla_dec * a_tok + self._mla_index_flops * ctx_tok)
             dec_b += n * (self._mla_latent_b * a_sum + self._mla_index_b * ctx_sum) / dcp
-        if self.model.gqa is not None and (self._gqa_layers or self._swa_layers):
+        if self.model.gqa is not None and (self._gqa_layers or self._swa_layers or self._chunked_layers):
             h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
             for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
                 if not layers:
@@ -603,6 +622,12 @@ class CostModel:
                     c_tok, c_sum = _clipped_sums(dec, agg, window, windows)
                 dec_f += layers * 4.0 * h * hd * c_tok
                 dec_b += layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
+            if self._chunked_layers and self._chunk:
+                # a query at context c reads c mod chunk + 1 keys; priced as min(c, chunk), exact
+                # below one chunk and at most a chunk's keys above (the cohort sums carry min)
+                c_tok, c_sum = _clipped_sums(dec, agg, self._chunk, windows)
+                dec_f += self._chunked_layers * 4.0 * h * hd * c_tok
+                dec_b += self._chunked_layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
         if self._lin_state_rw:
             dec_f += self._lin_dec_flops * dec_tokens
             dec_b += self._lin_state_rw * n_dec

@@ -114,7 +114,9 @@ def kv_cell_bytes(model: ModelSpec, layout: Layout) -> tuple[int, int]:
     g = model.gqa
     heads_per_gpu = max(1, g.num_kv_heads // layout.attn_tp)
     per_layer = 2 * heads_per_gpu * g.head_dim * b
-    n_full = _local_count(model.layers_with(MixerKind.GQA), model, pp)
+    # chunked local layers (Llama 4) cache every token: SGLang's default uniform pool (its
+    # --hybrid-kvcache-ratio, which frees what a chunk no longer reads, is not modelled)
+    n_full = _local_count(model.layers_with(MixerKind.GQA, MixerKind.CHUNKED), model, pp)
     n_swa = _local_count(model.layers_with(MixerKind.SWA), model, pp)
     return round(per_layer * (n_full + SWA_FULL_TOKENS_RATIO * n_swa)), n_full + n_swa
 

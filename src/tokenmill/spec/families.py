@@ -1,9 +1,9 @@
 """One parser per model family: read a ``config.json`` into layers, geometry and tensors.
 
 Families: dense GQA (llama, qwen2/3, mistral), MoE GQA (qwen3_moe, gpt_oss, minimax_m2, mixtral,
-glm4_moe), MLA + MoE (deepseek_v2/v3, kimi_k2; deepseek_v32 with sparse attention's indexer),
-KDA + MLA + MoE (kimi_linear, kimi_k3), Mamba hybrids (nemotron_h) and Gated-DeltaNet hybrids
-(qwen3_next, qwen3_5_moe).
+glm4_moe; llama4 with chunked local attention), MLA + MoE (deepseek_v2/v3, kimi_k2; deepseek_v32
+with sparse attention's indexer), KDA + MLA + MoE (kimi_linear, kimi_k3), Mamba hybrids
+(nemotron_h) and Gated-DeltaNet hybrids (qwen3_next, qwen3_5_moe).
 """
 
 from __future__ import annotations
@@ -613,6 +613,125 @@ def parse_qwen3_next(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, An
     return Parsed("gdn_hybrid", hidden, vocab, layers, max_ctx, gqa=g, linear=lin, moe=m)
 
 
+# --- Llama 4 ---------------------------------------------------------------------------------
+
+
+def _llama4_schedule(r: ConfigReader, n_layers: int) -> tuple[list[bool], list[bool]]:
+    """(MoE flags, chunked flags) per layer. MoE layers: ``moe_layers``, else every
+    ``interleave_moe_layer_step``-th (transformers' default); chunked layers: those whose
+    ``no_rope_layers`` entry is 1 (the rotary layers), else all but every fourth (transformers'
+    default ``no_rope_layer_interval``); the NoPE layers attend to the whole context."""
+    if r.has("moe_layers") and r.int_list("moe_layers"):
+        moe = set(r.int_list("moe_layers"))
+        if any(not 0 <= i < n_layers for i in moe):
+            raise r.fail("moe_layers", f"entries must be layer indices 0–{n_layers - 1}")
+    else:
+        step = r.pos_int("interleave_moe_layer_step", 1)
+        moe = set(range(step - 1, n_layers, step))
+    if r.has("no_rope_layers") and r.int_list("no_rope_layers"):
+        rope = r.int_list("no_rope_layers")
+        if len(rope) != n_layers or any(v not in (0, 1) for v in rope):
+            raise r.fail("no_rope_layers", f"must have num_hidden_layers={n_layers} entries of 0 or 1")
+        chunked = [v == 1 for v in rope]
+    else:
+        chunked = [(i + 1) % 4 != 0 for i in range(n_layers)]
+    return [i in moe for i in range(n_layers)], chunked
+
+
+def _llama4_vision_tensors(b: bld.InventoryBuilder, vc: ConfigReader, text_hidden: int) -> None:
+    """Llama 4's vision encoder (a ViT of ``num_hidden_layers`` blocks with biased q/k/v/o and a
+    two-matrix GELU MLP), its pixel-shuffle adapter MLP and the projector into the text width,
+    replicated on every GPU as the engines load it."""
+    width = vc.pos_int("hidden_size")
+    inter = vc.pos_int("intermediate_size")
+    n = vc.pos_int("num_hidden_layers", maximum=MAX_LAYERS)
+    patch = vc.pos_int("patch_size", 14)
+    image = vc.pos_int("image_size", 336)
+    proj_in = vc.pos_int("projector_input_dim", 4096)
+    proj_out = vc.pos_int("projector_output_dim", 4096)
+    out = vc.pos_int("vision_output_dim", proj_out)
+    v, rep = TensorKind.VISION, Shard.REPLICATED
+    p = "vision_model."
+    b.add(p + "patch_embedding.linear", v, (width, 3 * patch * patch), rep)
+    b.add(p + "class_embedding", v, (width,), rep, linear=False)
+    b.add(p + "positional_embedding_vlm", v, ((image // patch) ** 2 + 1, width), rep, linear=False)
+    layers = tuple(range(n))
+    for name, shape in (
+        ("self_attn.q_proj", (width, width)),
+        ("self_attn.k_proj", (width, width)),
+        ("self_attn.v_proj", (width, width)),
+        ("self_attn.o_proj", (width, width)),
+        ("mlp.fc1", (inter, width)),
+        ("mlp.fc2", (width, inter)),
+    ):
+        blk = f"{p}model.layers.{{i}}.{name}"
+        b.add(blk, v, shape, rep, layers)
+        b.add(blk + ".bias", v, (shape[0],), rep, layers, linear=False)
+    for name in ("input_layernorm", "post_attention_layernorm"):
+        b.add(f"{p}model.layers.{{i}}.{name}", v, (2 * width,), rep, layers, linear=False)  # weight, bias
+    for name in ("layernorm_pre", "layernorm_post"):
+        b.add(p + name, v, (2 * width,), rep, linear=False)
+    b.add(p + "vision_adapter.mlp.fc1", v, (proj_in, inter), rep)
+    b.add(p + "vision_adapter.mlp.fc2", v, (proj_out, proj_in), rep)
+    b.add("multi_modal_projector.linear_1", v, (text_hidden, out), rep)
+
+
+def parse_llama4(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
+    """llama4's ``text_config`` (Llama 4 Scout, Maverick): GQA attention, chunked local attention
+    (``attention_chunk_size``) in the rotary layers and full attention in every fourth (NoPE)
+    layer; MoE layers of ``num_local_experts`` experts, top ``num_experts_per_tok`` (1), with one
+    shared expert of the experts' width, interleaved with dense MLPs of ``intermediate_size_mlp``
+    (Maverick: every other layer; Scout: all MoE). The q/k norms are weightless L2 norms."""
+    hidden, vocab, n_layers, tie, max_ctx = _common(r)
+    moe_flags, chunked = _llama4_schedule(r, n_layers)
+    chunk = r.opt_int("attention_chunk_size")
+    if chunk is not None and chunk <= 0:
+        raise r.fail("attention_chunk_size", f"must be a positive integer or null (got {chunk})")
+    local = chunk is not None and chunk < max_ctx
+    g = _gqa_geometry(r, hidden)
+    if local:
+        g = GQAGeometry(g.num_heads, g.num_kv_heads, g.head_dim, attention_chunk=chunk)
+    inter = r.pos_int("intermediate_size")
+    m = MoEGeometry(
+        num_experts=r.pos_int("num_local_experts"),
+        experts_per_token=r.pos_int("num_experts_per_tok"),
+        intermediate_size=inter,
+        expert_input_dim=hidden,
+        num_shared_experts=1,
+        shared_intermediate_size=inter,
+    )
+    dense, sparse = _ffn_layers(n_layers, moe_flags)
+    dense_inter = r.pos_int("intermediate_size_mlp") if dense else None
+    all_layers = tuple(range(n_layers))
+    bld.embeddings(b, vocab, hidden, tie)
+    bld.gqa(b, all_layers, hidden, g, qkv_bias=r.get_bool("attention_bias", False))
+    bld.dense_mlp(b, dense, hidden, dense_inter or 0, prefix="feed_forward")
+    names = bld.MoENames(
+        router="feed_forward.router", experts="feed_forward.experts.{e}", shared="feed_forward.shared_expert"
+    )
+    bld.moe(b, sparse, hidden, m, names)
+    _layer_norms(b, n_layers, hidden)
+    notes: list[str] = []
+    vision = cfg.get("vision_config")
+    if isinstance(vision, dict):
+        _llama4_vision_tensors(b, ConfigReader(vision, f"{r.source} [vision_config]", r.model_type), hidden)
+        notes.append("vision encoder sized from vision_config")
+    if local:
+        notes.append(
+            f"chunked attention ({chunk:,} tokens) cached for every token, as SGLang's default "
+            "(uniform) pool does; a decode step priced as reading up to a chunk"
+        )
+    layers = [
+        Layer(
+            i,
+            MixerKind.CHUNKED if local and chunked[i] else MixerKind.GQA,
+            FfnKind.MOE if moe_flags[i] else FfnKind.DENSE,
+        )
+        for i in all_layers
+    ]
+    return Parsed("moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m, dense_intermediate=dense_inter, notes=notes)
+
+
 PARSERS: dict[str, Parser] = {
     "llama": parse_dense_gqa,
     "mistral": parse_dense_gqa,
@@ -624,6 +743,7 @@ PARSERS: dict[str, Parser] = {
     "minimax_m2": parse_minimax_m2,
     "minimax": parse_minimax_m2,
     "mixtral": parse_mixtral,
+    "llama4_text": parse_llama4,
     "glm4_moe": parse_glm4_moe,
     "deepseek_v2": parse_deepseek,
     "deepseek_v3": parse_deepseek,

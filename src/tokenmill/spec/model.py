@@ -19,6 +19,7 @@ class MixerKind(StrEnum):
 
     GQA = "gqa"  # full attention, grouped-query (MHA/MQA included)
     SWA = "swa"  # sliding-window GQA
+    CHUNKED = "chunked"  # chunked local GQA (Llama 4): a query attends within its chunk only
     MLA = "mla"  # multi-head latent attention
     KDA = "kda"  # Kimi Delta Attention (linear, fixed state)
     GDN = "gdn"  # Gated DeltaNet (linear, fixed state)
@@ -56,6 +57,9 @@ class GQAGeometry:
     num_kv_heads: int
     head_dim: int
     sliding_window: int | None = None
+    # chunked local attention (Llama 4's ``attention_chunk_size``): a query of a CHUNKED layer at
+    # position p attends to the keys of its own chunk, positions ⌊p / chunk⌋·chunk … p
+    attention_chunk: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +177,7 @@ class ModelSpec:
 
     @cached_property
     def kv_layers(self) -> tuple[int, ...]:
-        """Layers with a per-token cache (MLA, GQA, sliding-window GQA)."""
+        """Layers with a per-token cache (MLA, GQA, sliding-window and chunked GQA)."""
         return tuple(layer.index for layer in self.layers if layer.mixer and layer.mixer.has_kv)
 
     @cached_property
