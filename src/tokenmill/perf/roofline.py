@@ -47,7 +47,8 @@ What the demands count (per step, busiest GPU):
   prefill/midfill in the expanded form do 2·pairs·N·(192 + 128) and re-expand the cached context
   through kv_b; DeepSeek Sparse Attention (V3.2) clips each query's keys to the indexer's top k
   (2,048) and adds the indexer, which reads every cached token's 132-byte FP8 key and does
-  2·64·128 FP8 FLOPs per query-key pair; GQA with KV heads per GPU and sliding windows;
+  2·64·128 FP8 FLOPs per query-key pair; GQA with KV heads per GPU, sliding windows and
+  chunked local attention (Llama 4: prefill pairs within each chunk, decode at most a chunk);
   KDA/GDN/Mamba decode read and write the state once per request (bandwidth bound, independent
   of context), prefill ≈ 6d² + 6Cd + C²/3 FLOPs per token per head with the chunk states (2d²·s/C
   bytes per token per head) written.
