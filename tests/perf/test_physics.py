@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -391,3 +392,27 @@ def test_chunked_decode_reads_at_most_a_chunk() -> None:
         f = cost.features(BatchShape(decode=(DecodeWork(context),)))
         read = (_SCOUT_FULL * context + _SCOUT_CHUNKED * chunked) * per_key
         assert f.dec_attn_mem_s == pytest.approx(read / h200.hbm_bandwidth_bytes_per_s)
+
+
+# --- tied embeddings ----------------------------------------------------------------------------
+
+GEMMA3_CONFIG = Path(__file__).parents[1] / "spec" / "fixtures" / "gemma_3_27b_config.json"
+
+
+def test_a_tied_embedding_is_read_and_multiplied_as_the_lm_head() -> None:
+    """Gemma 3 27B ties its 262,208 × 5,376 embedding to the LM head: a decode token reads those
+    2,819,260,416 BF16 bytes and does 2 FLOPs per weight, as the untied copy of the same config
+    does with its lm_head."""
+    from tokenmill.spec import model_from_config
+
+    h100 = load_gpu("h100")
+    tied = load_model(str(GEMMA3_CONFIG))
+    config = json.loads(GEMMA3_CONFIG.read_text())
+    config["text_config"]["tie_word_embeddings"] = False
+    untied = model_from_config(config, "gemma3-untied")
+    shape = BatchShape(decode=(DecodeWork(1000),))
+    f = CostModel(tied, h100, Layout(tp=1)).features(shape)
+    assert f.head_mem_s == pytest.approx(262208 * 5376 * 2 / h100.hbm_bandwidth_bytes_per_s)
+    assert f.head_flop_s == pytest.approx(2 * 262208 * 5376 / h100.flops("bf16"))
+    g = CostModel(untied, h100, Layout(tp=1)).features(shape)
+    assert (g.head_mem_s, g.head_flop_s) == pytest.approx((f.head_mem_s, f.head_flop_s))

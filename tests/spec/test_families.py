@@ -532,6 +532,7 @@ GLM_4_5 = FIXTURES / "glm_4_5_config.json"
 MIXTRAL = FIXTURES / "mixtral_8x7b_config.json"
 LLAMA4_SCOUT = FIXTURES / "llama_4_scout_config.json"
 LLAMA4_MAVERICK = FIXTURES / "llama_4_maverick_config.json"
+GEMMA3 = FIXTURES / "gemma_3_27b_config.json"
 
 # GLM-4.5 (zai-org/GLM-4.5 config.json), by hand:
 #   embedding + lm_head  2 × 151552 × 5120 (untied)                                 =  1,551,892,480
@@ -600,11 +601,13 @@ def test_a_mixtral_config_with_a_sliding_window_reads_as_sliding_layers() -> Non
 
 
 @pytest.mark.parametrize(
-    "path", [GLM_4_5, MIXTRAL, LLAMA4_MAVERICK], ids=["glm-4.5", "mixtral-8x7b", "llama-4-maverick"]
+    "path",
+    [GLM_4_5, MIXTRAL, LLAMA4_MAVERICK, GEMMA3],
+    ids=["glm-4.5", "mixtral-8x7b", "llama-4-maverick", "gemma-3-27b"],
 )
 def test_new_families_plan_and_predict(capsys: pytest.CaptureFixture[str], path: Path) -> None:
     """The families run through the planner and the cost model: one H200 board holds each in
-    BF16 (706, 93 and 803 GB of weights), and a closed-loop point gives finite times."""
+    BF16 (706, 93, 803 and 55 GB of weights), and a closed-loop point gives finite times."""
     deployment = ("--model", str(path), "--gpu", "h200", "--gpus", "8")
     plan = cli_json(capsys, "plan", *deployment, "--json")
     assert plan["fits"] is True
@@ -714,6 +717,61 @@ def test_llama4_without_a_chunk_is_full_attention() -> None:
     config["text_config"] = config["text_config"] | {"attention_chunk_size": None}
     m = model_from_config(config, "llama4-full")
     assert _mixers(m, MixerKind.GQA) == list(range(48)) and m.gqa is not None and m.gqa.attention_chunk is None
+
+
+# --- Gemma 3 (gemma3): sliding windows in five layers of six, tied embeddings ----------------
+
+# Gemma 3 27B (google/gemma-3-27b-it config.json), by hand:
+#   embedding (tied)   262208 × 5376                                                   =  1,409,630,208
+#   per layer          q 5376 × 4096, k and v 5376 × 2048 each, o 4096 × 5376          =     66,060,288
+#                      MLP 3 × 5376 × 21504                                            =    346,816,512
+#                      four norms 4 × 5376, q/k norms 2 × 128                          =         21,760
+#                      × 62 layers                                                     = 25,599,710,720
+#   final norm         5376
+#   SigLIP encoder     patch 1152 × 588 + bias 1152, positions (896 / 14)² × 1152; per block
+#                      4 × (1152² + 1152) + (4304 × 1152 + 4304) + (1152 × 4304 + 1152)
+#                      + 2 norms × 2 × 1152, × 27; post norm 2 × 1152; projector 5376 × 1152
+#                      and its norm 1152                                               =    423,060,336
+GEMMA3_VISION = 423_060_336
+GEMMA3_TOTAL = 1_409_630_208 + 25_599_710_720 + 5376 + GEMMA3_VISION
+
+
+def test_gemma3_slides_five_layers_in_six() -> None:
+    """``sliding_window_pattern`` 6: layers 5, 11, …, 59 attend to the whole context, the other 52
+    to the last 1,024 tokens; every layer a dense MLP."""
+    m = load_model(str(GEMMA3))
+    assert (m.model_type, m.family) == ("gemma3", "dense_gqa")
+    assert _mixers(m, MixerKind.GQA) == list(range(5, 62, 6))
+    assert len(_mixers(m, MixerKind.SWA)) == 52
+    assert m.gqa is not None and (m.gqa.num_heads, m.gqa.num_kv_heads, m.gqa.head_dim) == (32, 16, 128)
+    assert m.gqa.sliding_window == 1024
+    # layer_types, where a config lists them, win over the pattern
+    config = _fixture(GEMMA3)
+    config["text_config"] = config["text_config"] | {"layer_types": ["full_attention"] * 62}
+    assert _mixers(model_from_config(config, "gemma3-full"), MixerKind.SWA) == []
+
+
+def test_gemma3_totals_by_hand_and_published() -> None:
+    """Hugging Face's google/gemma-3-27b-it: 27.4B parameters (the embedding tied, so counted once)."""
+    m = load_model(str(GEMMA3))
+    assert m.total_params == GEMMA3_TOTAL
+    assert m.total_params == pytest.approx(27.4 * B, rel=0.01), "Gemma 3 27B: 27.4B (±1 %)"
+    # active: everything but the vision encoder, the tied embedding once (it is the LM head too)
+    assert m.active_params == GEMMA3_TOTAL - GEMMA3_VISION
+    assert not any(t.kind is TensorKind.LM_HEAD for t in m.tensors)
+
+
+def test_gemma3_bad_fields_name_themselves() -> None:
+    for change, field in (
+        ({"sliding_window": 0}, "sliding_window"),
+        ({"layer_types": ["sliding_attention"] * 3}, "layer_types"),
+        ({"sliding_window_pattern": -6}, "sliding_window_pattern"),
+        ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
+    ):
+        config = _fixture(GEMMA3)
+        config["text_config"] = config["text_config"] | change
+        with pytest.raises(TokenmillError, match=rf"field '{field}'.*model_type gemma3_text"):
+            model_from_config(config, "gemma3-bad")
 
 
 # --- DeepSeek-V3.2 (deepseek_v32): DeepSeek-V3 with DeepSeek Sparse Attention's indexer ---------

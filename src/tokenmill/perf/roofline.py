@@ -422,8 +422,12 @@ class CostModel:
         rank: dict[str, list[float]] = {c: [0.0, 0.0, 0.0] for c in ("dense", "experts", "head")}
         alls: dict[str, list[float]] = {c: [0.0, 0.0, 0.0] for c in ("dense", "experts", "head")}
         mem = dict.fromkeys(("dense", "experts", "head"), 0.0)
+        # tied embeddings (Gemma, small Qwen3 and Llama 3.2): the embedding is also the LM head,
+        # read and multiplied for every sampled token like an untied one
+        tied = not any(t.kind is TensorKind.LM_HEAD for t in self.model.tensors)
         for t in self.model.tensors:
-            if t.kind in _SKIP:
+            as_head = tied and t.kind is TensorKind.EMBEDDING
+            if t.kind in _SKIP and not as_head:
                 continue
             div = shard_divisor(t, layout, self.model)
             nbytes = -(-t.bytes // div)
@@ -431,11 +435,11 @@ class CostModel:
                 "experts"
                 if t.kind is TensorKind.ROUTED_EXPERTS
                 else "head"
-                if t.kind is TensorKind.LM_HEAD
+                if t.kind is TensorKind.LM_HEAD or as_head
                 else "dense"
             )
             mem[cls] += nbytes / self._hbm
-            if not (t.linear or t.kind is TensorKind.ROUTER):
+            if not (t.linear or as_head or t.kind is TensorKind.ROUTER):
                 continue
             dtype = _compute_dtype(self.gpu, t.storage.fmt)
             flop_s = 2.0 * t.params / div / self.gpu.flops(dtype)

@@ -1,9 +1,10 @@
 """One parser per model family: read a ``config.json`` into layers, geometry and tensors.
 
-Families: dense GQA (llama, qwen2/3, mistral), MoE GQA (qwen3_moe, gpt_oss, minimax_m2, mixtral,
-glm4_moe; llama4 with chunked local attention), MLA + MoE (deepseek_v2/v3, kimi_k2; deepseek_v32
-with sparse attention's indexer), KDA + MLA + MoE (kimi_linear, kimi_k3), Mamba hybrids
-(nemotron_h) and Gated-DeltaNet hybrids (qwen3_next, qwen3_5_moe).
+Families: dense GQA (llama, qwen2/3, mistral; gemma3 with sliding windows), MoE GQA (qwen3_moe,
+gpt_oss, minimax_m2, mixtral, glm4_moe; llama4 with chunked local attention), MLA + MoE
+(deepseek_v2/v3, kimi_k2; deepseek_v32 with sparse attention's indexer), KDA + MLA + MoE
+(kimi_linear, kimi_k3), Mamba hybrids (nemotron_h) and Gated-DeltaNet hybrids (qwen3_next,
+qwen3_5_moe).
 """
 
 from __future__ import annotations
@@ -139,19 +140,91 @@ def parse_qwen_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
     return Parsed("moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m, dense_intermediate=inter or None)
 
 
-def parse_gpt_oss(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
-    """gpt_oss: alternating sliding-window (128) and full attention with biases and sinks; every
-    layer MoE with biased, fused gate_up experts stored in MXFP4."""
-    hidden, vocab, n_layers, tie, max_ctx = _common(r)
-    window = r.pos_int("sliding_window")
-    g = _gqa_geometry(r, hidden, sliding=window)
-    types = r.str_list("layer_types", ["full_attention"] * n_layers)
+def _sliding_layer_types(r: ConfigReader, default: list[str]) -> list[MixerKind]:
+    """Each layer's mixer from ``layer_types`` (``sliding_attention`` or ``full_attention``, one
+    per layer), or from ``default`` where the config has none."""
+    n_layers = r.pos_int("num_hidden_layers", maximum=MAX_LAYERS)
+    types = r.str_list("layer_types", default)
     if len(types) != n_layers:
         raise r.fail("layer_types", f"must have num_hidden_layers={n_layers} entries (got {len(types)})")
     allowed = {"sliding_attention": MixerKind.SWA, "full_attention": MixerKind.GQA}
     for t in types:
         if t not in allowed:
             raise r.fail("layer_types", f"entries must be sliding_attention or full_attention (got {t!r})")
+    return [allowed[t] for t in types]
+
+
+def _siglip_tensors(b: bld.InventoryBuilder, vc: ConfigReader, text_hidden: int) -> None:
+    """Gemma 3's SigLIP vision encoder (``num_hidden_layers`` blocks with biased q/k/v/o and a
+    two-matrix MLP, LayerNorms with biases, a learned position per patch) and its projector into
+    the text width with an RMS norm, replicated on every GPU."""
+    width = vc.pos_int("hidden_size")
+    inter = vc.pos_int("intermediate_size")
+    n = vc.pos_int("num_hidden_layers", maximum=MAX_LAYERS)
+    patch = vc.pos_int("patch_size", 14)
+    image = vc.pos_int("image_size", 896)
+    v, rep = TensorKind.VISION, Shard.REPLICATED
+    p = "vision_tower.vision_model."
+    b.add(p + "embeddings.patch_embedding", v, (width, 3 * patch * patch), rep)
+    b.add(p + "embeddings.patch_embedding.bias", v, (width,), rep, linear=False)
+    b.add(p + "embeddings.position_embedding", v, ((image // patch) ** 2, width), rep, linear=False)
+    layers = tuple(range(n))
+    for name, shape in (
+        ("self_attn.q_proj", (width, width)),
+        ("self_attn.k_proj", (width, width)),
+        ("self_attn.v_proj", (width, width)),
+        ("self_attn.out_proj", (width, width)),
+        ("mlp.fc1", (inter, width)),
+        ("mlp.fc2", (width, inter)),
+    ):
+        blk = f"{p}encoder.layers.{{i}}.{name}"
+        b.add(blk, v, shape, rep, layers)
+        b.add(blk + ".bias", v, (shape[0],), rep, layers, linear=False)
+    for name in ("layer_norm1", "layer_norm2"):
+        b.add(f"{p}encoder.layers.{{i}}.{name}", v, (2 * width,), rep, layers, linear=False)  # weight, bias
+    b.add(p + "post_layernorm", v, (2 * width,), rep, linear=False)
+    b.add("multi_modal_projector.mm_input_projection_weight", v, (text_hidden, width), rep)
+    b.add("multi_modal_projector.mm_soft_emb_norm", v, (width,), rep, linear=False)
+
+
+def parse_gemma3(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
+    """gemma3's ``text_config`` (Gemma 3 4B/12B/27B) and gemma3_text (1B): dense GQA with per-head
+    q/k norms, sliding-window attention (``sliding_window``, 1,024) in five layers of six
+    (``layer_types``, else every ``sliding_window_pattern``-th layer is full), a gated MLP, four
+    norms per layer and tied embeddings (Gemma's default)."""
+    hidden, vocab, n_layers, _tie, max_ctx = _common(r)
+    tie = r.get_bool("tie_word_embeddings", True)
+    window = r.pos_int("sliding_window")
+    pattern = r.pos_int("sliding_window_pattern", 6)
+    default = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)]
+    kinds = _sliding_layer_types(r, default)
+    sliding = window if window < max_ctx else None
+    if sliding is None:
+        kinds = [MixerKind.GQA] * n_layers
+    g = _gqa_geometry(r, hidden, sliding=sliding)
+    inter = r.pos_int("intermediate_size")
+    all_layers = tuple(range(n_layers))
+    bld.embeddings(b, vocab, hidden, tie)
+    bld.gqa(b, all_layers, hidden, g, qkv_bias=r.get_bool("attention_bias", False), qk_norm="head")
+    bld.dense_mlp(b, all_layers, hidden, inter)
+    bld.norms(b, all_layers, hidden, "pre_feedforward_layernorm", "post_feedforward_layernorm")
+    _layer_norms(b, n_layers, hidden)
+    notes: list[str] = []
+    vision = cfg.get("vision_config")
+    if isinstance(vision, dict):
+        _siglip_tensors(b, ConfigReader(vision, f"{r.source} [vision_config]", r.model_type), hidden)
+        notes.append("vision encoder sized from vision_config")
+    layers = [Layer(i, kinds[i], FfnKind.DENSE) for i in all_layers]
+    return Parsed("dense_gqa", hidden, vocab, layers, max_ctx, gqa=g, dense_intermediate=inter, notes=notes)
+
+
+def parse_gpt_oss(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
+    """gpt_oss: alternating sliding-window (128) and full attention with biases and sinks; every
+    layer MoE with biased, fused gate_up experts stored in MXFP4."""
+    hidden, vocab, n_layers, tie, max_ctx = _common(r)
+    window = r.pos_int("sliding_window")
+    g = _gqa_geometry(r, hidden, sliding=window)
+    kinds = _sliding_layer_types(r, ["full_attention"] * n_layers)
     m = MoEGeometry(
         num_experts=r.first_int("num_local_experts", "num_experts"),
         experts_per_token=r.first_int("num_experts_per_tok", "experts_per_token"),
@@ -166,7 +239,7 @@ def parse_gpt_oss(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any])
     )
     bld.moe(b, all_layers, hidden, m, names, router_bias=True, expert_bias=True)
     _layer_norms(b, n_layers, hidden)
-    layers = [Layer(i, allowed[types[i]], FfnKind.MOE) for i in all_layers]
+    layers = [Layer(i, kinds[i], FfnKind.MOE) for i in all_layers]
     return Parsed("moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m)
 
 
@@ -744,6 +817,7 @@ PARSERS: dict[str, Parser] = {
     "minimax": parse_minimax_m2,
     "mixtral": parse_mixtral,
     "llama4_text": parse_llama4,
+    "gemma3_text": parse_gemma3,
     "glm4_moe": parse_glm4_moe,
     "deepseek_v2": parse_deepseek,
     "deepseek_v3": parse_deepseek,

@@ -24,7 +24,7 @@ from tokenmill.spec.requantize import parse_weight_format, requantize
 _TEXT_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_5_moe", "qwen3_next_text": "qwen3_next"}
 
 # Wrappers whose language model sits in ``text_config``.
-_TEXT_WRAPPERS = {"kimi_k3", "kimi_vl", "qwen3_5_moe_vl", "llava", "mistral3", "llama4"}
+_TEXT_WRAPPERS = {"kimi_k3", "kimi_vl", "qwen3_5_moe_vl", "llava", "mistral3", "llama4", "gemma3"}
 
 
 def model_from_config(

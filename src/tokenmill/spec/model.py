@@ -215,10 +215,12 @@ class ModelSpec:
     @property
     def active_params(self) -> int:
         """Parameters one token touches: all but the embedding lookup, the vision tower and the
-        routed experts it is not sent to (shared experts and lm_head count)."""
+        routed experts it is not sent to (shared experts and lm_head count; a tied embedding counts
+        once, as the head it also is)."""
+        tied = not any(t.kind is TensorKind.LM_HEAD for t in self.tensors)
         total = 0
         for t in self.tensors:
-            if t.kind in (TensorKind.EMBEDDING, TensorKind.VISION, TensorKind.DRAFT_MODEL):
+            if t.kind in (TensorKind.VISION, TensorKind.DRAFT_MODEL) or (t.kind is TensorKind.EMBEDDING and not tied):
                 continue
             if t.kind is TensorKind.ROUTED_EXPERTS and self.moe is not None:
                 total += t.params * self.moe.experts_per_token // self.moe.num_experts
