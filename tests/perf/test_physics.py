@@ -416,3 +416,24 @@ def test_a_tied_embedding_is_read_and_multiplied_as_the_lm_head() -> None:
     assert f.head_flop_s == pytest.approx(2 * 262208 * 5376 / h100.flops("bf16"))
     g = CostModel(untied, h100, Layout(tp=1)).features(shape)
     assert (g.head_mem_s, g.head_flop_s) == pytest.approx((f.head_mem_s, f.head_flop_s))
+
+
+def _window_keys(position: int, window: int) -> int:
+    """Keys the query at ``position`` attends to in a sliding-window layer, itself included."""
+    return min(position + 1, window)
+
+
+@pytest.mark.parametrize(("context", "new"), [(0, 512), (0, 8192), (100, 100), (5000, 1000), (900, 300)])
+def test_sliding_window_prefill_pairs_are_counted_query_by_query(context: int, new: int) -> None:
+    """Gemma 3 27B on one H100 (32 heads of 128): the 52 sliding layers' pairs are Σ min(p + 1,
+    1,024) over the chunk's positions, the 10 full layers' Σ (p + 1), counted one by one here. (Until
+    the fifty-seventh session a chunk after a full window counted n(n + 1)/2 pairs on top of its n
+    windows: 1,000 tokens after 5,000 cached came to 1,524,500 pairs a sliding layer against
+    1,024,000.)"""
+    h100 = load_gpu("h100")
+    f = CostModel(load_model(str(GEMMA3_CONFIG)), h100, Layout(tp=1)).features(
+        BatchShape(prefill=(PrefillWork(new, context),))
+    )
+    positions = range(context, context + new)
+    pairs = 52 * sum(_window_keys(p, 1024) for p in positions) + 10 * sum(p + 1 for p in positions)
+    assert f.pre_attn_flop_s == pytest.approx(pairs * 4 * 32 * 128 / h100.flops("bf16"))

@@ -294,7 +294,8 @@ _WIDTH = {"bf16": 0, "fp16": 0, "fp8": 1, "fp4": 2}
 
 def _clipped_pairs(new_tokens: int, context: int, topk: int) -> float:
     """Query-key pairs of a chunk of ``new_tokens`` after ``context`` cached ones when each query
-    attends to at most ``topk`` keys (its causal prefix while that is shorter)."""
+    attends to at most ``topk`` keys (its causal prefix while that is shorter): a sparse
+    attention's top k, or a sliding window of ``topk`` tokens."""
     below = max(0, min(new_tokens, topk - context))  # queries whose prefix is still ≤ topk
     return below * context + below * (below + 1) / 2 + (new_tokens - below) * topk
 
@@ -504,11 +505,12 @@ class CostModel:
                 if not layers:
                     continue
                 for w in pre:
-                    ctx = w.context if window is None else min(w.context, window)
-                    span = w.new_tokens if window is None else min(w.new_tokens, window)
-                    pairs = w.new_tokens * ctx + w.new_tokens * (span + 1) / 2
-                    if window is not None and w.new_tokens > window:
-                        pairs = w.new_tokens * window
+                    if window is None:
+                        ctx = w.context
+                        pairs = w.new_tokens * ctx + w.new_tokens * (w.new_tokens + 1) / 2
+                    else:  # each query reads min(position + 1, window) keys
+                        ctx = min(w.context, window)
+                        pairs = _clipped_pairs(w.new_tokens, w.context, window)
                     pre_f += layers * 4.0 * pairs * h * hd
                     pre_b += layers * ctx * 2 * kvh * hd * self._kv_b
             if self._chunked_layers and self._chunk:
