@@ -83,6 +83,15 @@ POINTS = [  # (label, predict's arguments)
         "--model tests/spec/fixtures/deepseek_v3_2_config.json --gpu h200 --gpus 8 --tp 8 "
         "--kv-cache-dtype fp8_e4m3 --isl 32768 --osl 1024 --concurrency 256 --backend sglang",
     ),
+    (  # long prompts at thousands of lanes under vLLM: a prompt's chunk in nearly every step
+        "Llama-3.1-70B 8×H200 TP8 vLLM, 8k/1k, C=4,096",
+        "--model llama-3.1-70b --gpu h200 --gpus 8 --tp 8 --isl 8192 --osl 1024 --concurrency 4096 --backend vllm",
+    ),
+    (  # the same with Llama 4's chunked attention: the cohort's contexts clipped at 8,192 tokens
+        "Llama 4 Scout 8×H200 TP8 vLLM, 8k/1k, C=4,096",
+        "--model tests/spec/fixtures/llama_4_scout_config.json --gpu h200 --gpus 8 --tp 8 --isl 8192 --osl 1024 "
+        "--concurrency 4096 --backend vllm",
+    ),
     (
         "Qwen3-235B-FP8 8×B200 TP8 TRT-LLM, 1k/8k, C=512",
         "--model qwen3-235b-a22b-fp8 --gpu b200 --gpus 8 --tp 8 --isl 1024 --osl 8192 --concurrency 512 "
