@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import BatchShape, CostModel, DecodeWork, PerfParams, PrefillWork
@@ -437,3 +439,16 @@ def test_sliding_window_prefill_pairs_are_counted_query_by_query(context: int, n
     positions = range(context, context + new)
     pairs = 52 * sum(_window_keys(p, 1024) for p in positions) + 10 * sum(p + 1 for p in positions)
     assert f.pre_attn_flop_s == pytest.approx(pairs * 4 * 32 * 128 / h100.flops("bf16"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 3000), st.integers(1, 3000), st.integers(1, 2048))
+def test_window_and_chunk_pair_counts_match_query_by_query(context: int, new: int, width: int) -> None:
+    """The closed forms the cost model prices attention pairs with, against one count per query:
+    a window (or top k) of ``width`` keys, and chunks of ``width`` positions."""
+    from tokenmill.perf.roofline import _chunked_pairs, _clipped_pairs
+
+    positions = range(context, context + new)
+    assert _clipped_pairs(new, context, width) == sum(min(p + 1, width) for p in positions)
+    chunked = _chunked_pairs(context + new, width) - _chunked_pairs(context, width)
+    assert chunked == sum(p % width + 1 for p in positions)
