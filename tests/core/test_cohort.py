@@ -20,8 +20,14 @@ from tokenmill.core.scheduler import CLIP_MAX_NEW_TOKENS
 from tokenmill.errors import TokenmillError
 
 #: (window, offset) pairs every cohort step's clipped context sums are checked at: windows shorter
-#: than every context, inside the contexts' range and beyond them, and the executor's mid-verify offset
-CLIPS = ((1, 0), (17, 0), (64, 2), (300, 0), (10**6, 1))
+#: than every context, inside the contexts' range and beyond them, and the executor's mid-verify
+#: offset; a negative window −C is chunked attention (context mod C), chunks of one token to longer
+#: than every context
+CLIPS = ((1, 0), (17, 0), (64, 2), (300, 0), (10**6, 1), (-1, 0), (-7, 3), (-64, 0), (-300, 1), (-(10**6), 0))
+
+
+def _keys(context: int, window: int) -> int:
+    return min(context, window) if window > 0 else context % -window
 
 
 class Uniform:
@@ -39,10 +45,11 @@ class Uniform:
             widths.append(batch.cohort.tokens)
             contexts += batch.cohort.context_sum
             assert sum(batch.cohort.contexts()) == batch.cohort.context_sum
-            # Σ min(context + offset, window), kept from the members' sorted lengths, against the list
+            # Σ min(context + offset, window) or (context + offset) mod chunk, kept from the members'
+            # sorted lengths, against the list
             listed = batch.cohort.contexts()
             for window, offset in CLIPS:
-                assert batch.cohort.clipped(window, offset) == sum(min(c + offset, window) for c in listed)
+                assert batch.cohort.clipped(window, offset) == sum(_keys(c + offset, window) for c in listed)
         k = 1 if batch.prefill or not widths else min(widths)
         prefill = tuple((p.request.rid, p.start, p.length, p.last) for p in batch.prefill)
         checkpoints = sorted(d.request.rid for d in batch.decode if d.checkpoint_slot is not None)

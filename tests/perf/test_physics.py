@@ -329,7 +329,7 @@ def test_sparse_mla_prefill_clips_each_querys_keys_at_top_k() -> None:
 
 
 @pytest.mark.parametrize(
-    ("model", "windows"), [(str(V32_CONFIG), (2048,)), ("gpt-oss-120b", (128,)), (str(SCOUT_CONFIG), (8192,))]
+    ("model", "windows"), [(str(V32_CONFIG), (2048,)), ("gpt-oss-120b", (128,)), (str(SCOUT_CONFIG), (-8192,))]
 )
 def test_a_summed_decode_batch_carries_its_contexts_clipped_at_the_window(model: str, windows: tuple[int, ...]) -> None:
     """min(context, W) is not linear in the contexts (DeepSeek-V3.2's top 2,048, gpt-oss's
@@ -342,9 +342,9 @@ def test_a_summed_decode_batch_carries_its_contexts_clipped_at_the_window(model:
     assert cost.context_windows == windows and not cost.linear_in_context
     assert CostModel(load_model("deepseek-v3"), load_gpu("h200"), Layout(tp=8)).context_windows == ()
     contexts = (50, 900, 2048, 5000, 40_000)
-    with pytest.raises(TokenmillError, match="sparse-attention"):
+    with pytest.raises(TokenmillError, match="decode cost needs each context"):
         cost.features(BatchShape(decode_sum=DecodeSum(len(contexts), sum(contexts))))
-    clipped = tuple(sum(min(c, w) for c in contexts) for w in windows)
+    clipped = tuple(sum(min(c, w) if w > 0 else c % -w for c in contexts) for w in windows)
     summed = cost.features(BatchShape(decode_sum=DecodeSum(len(contexts), sum(contexts), 1, clipped)))
     listed = cost.features(BatchShape(decode=tuple(DecodeWork(c) for c in contexts)))
     assert summed.dec_attn_mem_s == pytest.approx(listed.dec_attn_mem_s)
@@ -383,14 +383,14 @@ def test_chunked_prefill_attends_within_each_chunk() -> None:
     assert mid.pre_attn_mem_s == pytest.approx(read / h200.hbm_bandwidth_bytes_per_s)
 
 
-def test_chunked_decode_reads_at_most_a_chunk() -> None:
+def test_chunked_decode_reads_its_own_chunk() -> None:
     """One decode token at a 20,000-token context: the full layers read all 20,000 keys and
-    values, the chunked ones are priced at a chunk's 8,192 (the kernel reads 20,000 mod 8,192 + 1
-    = 3,617: an upper bound above one chunk, exact below it, as at 5,000)."""
+    values, the chunked ones the 20,000 mod 8,192 = 3,616 cached keys of the query's own chunk;
+    at 5,000 (one chunk) all of them; at 16,384 (a chunk just begun) none."""
     scout, h200 = load_model(str(SCOUT_CONFIG)), load_gpu("h200")
     cost = CostModel(scout, h200, Layout(tp=8))
     per_key = 2 * 128 * 2
-    for context, chunked in ((20_000, 8192), (5000, 5000)):
+    for context, chunked in ((20_000, 3616), (5000, 5000), (16_384, 0)):
         f = cost.features(BatchShape(decode=(DecodeWork(context),)))
         read = (_SCOUT_FULL * context + _SCOUT_CHUNKED * chunked) * per_key
         assert f.dec_attn_mem_s == pytest.approx(read / h200.hbm_bandwidth_bytes_per_s)

@@ -48,6 +48,14 @@ class DecodeItem:
     checkpoint_slot: int | None = None
 
 
+def keys_read(context: int, window: int) -> int:
+    """Cached keys one decoding query reads of a ``context``-token context in attention that does
+    not read it all: a sliding window or a sparse attention's top k (``window`` = W > 0) reads
+    min(context, W); chunked local attention (``window`` = −C, Llama 4) reads the context mod C
+    cached keys of its own chunk."""
+    return min(context, window) if window > 0 else context % -window
+
+
 @dataclass(frozen=True, slots=True)
 class DecodeCohort:
     """The decoding requests of a step held as one aggregate (``SchedulerConfig.uniform_decode``).
@@ -58,8 +66,9 @@ class DecodeCohort:
     as ``StepResult.cohort_tokens``. A step then costs the scheduler its events (a request that
     saves a checkpoint, finishes, or starts or ends its page beat), not its batch: the closed-loop replay's time
     at thousands of lanes. ``contexts()`` lists the contexts one by one, O(count), for a cost
-    that is not linear in the context; ``clipped(window, offset)`` sums min(context + offset,
-    window) in O(log count), what a sliding window or a sparse attention's top k needs instead."""
+    that is not linear in the context; ``clipped(window, offset)`` sums ``keys_read(context +
+    offset, window)`` in O(log count), what a sliding window, a sparse attention's top k or
+    chunked attention (a negative ``window``) needs instead."""
 
     count: int
     context_sum: int

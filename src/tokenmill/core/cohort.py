@@ -96,6 +96,8 @@ class Cohort:
         # running sums (rebuilt after a join or leave): Σ min(context, W) in O(log n)
         self._bases: list[int] = []
         self._prefix: list[int] | None = None
+        # by chunk size: the bases' residues, sorted, and their sum (rebuilt after a join or leave)
+        self._residues: dict[int, tuple[list[int], int]] = {}
         self._reserve_base = 0  # Σ (remaining + synced clock) over unclipped members
         self._clipped: set[int] = set()
         # attention events by clock (a bucket queue: clocks only grow); drained up to _drained
@@ -133,6 +135,7 @@ class Cohort:
         self._context_base += base
         bisect.insort(self._bases, base)
         self._prefix = None
+        self._residues.clear()
         remaining = req.max_new_tokens - req.output_len
         key = (req.running_seq, req.cohort_epoch, req)
         if remaining > self.clip:
@@ -152,6 +155,7 @@ class Cohort:
         self._context_base -= base
         del self._bases[bisect.bisect_left(self._bases, base)]
         self._prefix = None
+        self._residues.clear()
         if id(req) in self._clipped:
             self._clipped.discard(id(req))
         else:
@@ -184,12 +188,24 @@ class Cohort:
         return self._context_base + len(self.members) * self.clock
 
     def clipped_context_sum(self, window: int, offset: int = 0) -> int:
-        """Σ min(context + ``offset``, ``window``) over the members at the clock: what a sliding
-        window or a sparse attention's top k reads of their contexts. A member whose base is below
-        window − clock − offset reads its whole context, the others ``window``."""
+        """Σ ``keys_read(context + offset, window)`` over the members at the clock: what a sliding
+        window or a sparse attention's top k (``window`` = W > 0) or chunked attention (``window``
+        = −C) reads of their contexts. A window: a member whose base is below W − clock − offset
+        reads its whole context, the others W. Chunks: with the bases' residues r mod C sorted and
+        s = (clock + offset) mod C, a member reads r + s, less C where r + s ≥ C."""
+        shift = self.clock + offset
+        if window < 0:
+            chunk = -window
+            residues = self._residues.get(chunk)
+            if residues is None:
+                sorted_r = sorted([b % chunk for b in self._bases])
+                residues = self._residues[chunk] = (sorted_r, sum(sorted_r))
+            sorted_r, total = residues
+            s = shift % chunk
+            wrapped = len(sorted_r) - bisect.bisect_left(sorted_r, chunk - s)
+            return total + len(sorted_r) * s - chunk * wrapped
         if self._prefix is None:
             self._prefix = [0, *itertools.accumulate(self._bases)]
-        shift = self.clock + offset
         below = bisect.bisect_left(self._bases, window - shift)
         return self._prefix[below] + below * shift + (len(self._bases) - below) * window
 

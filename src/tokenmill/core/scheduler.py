@@ -45,7 +45,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass
 
-from tokenmill.core.batch import DecodeCohort, DecodeItem, PrefillItem, ScheduledBatch, StepResult
+from tokenmill.core.batch import DecodeCohort, DecodeItem, PrefillItem, ScheduledBatch, StepResult, keys_read
 from tokenmill.core.cohort import Cohort, pop_victim
 from tokenmill.core.hashing import token_block_ids
 from tokenmill.core.pages import KVPageAllocator
@@ -411,7 +411,7 @@ class Scheduler:
             return co.contexts() + extra
 
         def clipped(window: int, offset: int) -> int:
-            return co.clipped_context_sum(window, offset) + sum([min(c + offset, window) for c in extra])
+            return co.clipped_context_sum(window, offset) + sum([keys_read(c + offset, window) for c in extra])
 
         batch.cohort = DecodeCohort(co.count + len(gone), co.context_sum() + sum(extra), tokens, contexts, clipped)
 

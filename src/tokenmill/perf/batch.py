@@ -29,7 +29,8 @@ class DecodeSum:
     """``count`` decoding requests whose contexts sum to ``context_sum``, each verifying ``tokens``
     tokens: all a cost linear in the context needs to know of them (a decode cohort). A model whose
     attention reads at most W tokens of a context (a sliding window, a sparse attention's top k)
-    needs Σ min(context, W) too: ``clipped``, one per ``CostModel.context_windows``."""
+    needs Σ min(context, W) too, and chunked attention Σ context mod C: ``clipped``, one per
+    ``CostModel.context_windows`` (``core.batch.keys_read``)."""
 
     count: int
     context_sum: int

@@ -48,7 +48,7 @@ What the demands count (per step, busiest GPU):
   through kv_b; DeepSeek Sparse Attention (V3.2) clips each query's keys to the indexer's top k
   (2,048) and adds the indexer, which reads every cached token's 132-byte FP8 key and does
   2·64·128 FP8 FLOPs per query-key pair; GQA with KV heads per GPU, sliding windows and
-  chunked local attention (Llama 4: prefill pairs within each chunk, decode at most a chunk);
+  chunked local attention (Llama 4: the pairs and keys within each query's chunk);
   KDA/GDN/Mamba decode read and write the state once per request (bandwidth bound, independent
   of context), prefill ≈ 6d² + 6Cd + C²/3 FLOPs per token per head with the chunk states (2d²·s/C
   bytes per token per head) written.
@@ -77,6 +77,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from tokenmill.core.batch import keys_read
 from tokenmill.errors import TokenmillError
 from tokenmill.hardware import GPU
 from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
@@ -307,13 +308,18 @@ def _chunked_pairs(tokens: int, chunk: int) -> float:
     return whole * chunk * (chunk + 1) / 2 + rest * (rest + 1) / 2
 
 
+def _window_text(window: int) -> str:
+    return f"{window} tokens" if window > 0 else f"chunks of {-window} tokens"
+
+
 def _clipped_sums(
     dec: Sequence[DecodeWork], agg: DecodeSum | None, window: int, windows: tuple[int, ...]
 ) -> tuple[float, float]:
-    """(Σ min(context, window) × tokens, Σ min(context, window)) over a step's decodes: those
+    """(Σ keys × tokens, Σ keys) over a step's decodes, keys = ``keys_read(context, window)``
+    (min(context, W) for a window or top k, context mod C for chunks, ``window`` = −C): those
     listed one by one and a summed cohort's (its ``clipped`` entry for ``window``)."""
-    c_tok = float(sum([min(d.context, window) * d.tokens for d in dec]))
-    c_sum = float(sum([min(d.context, window) for d in dec]))
+    c_tok = float(sum([keys_read(d.context, window) * d.tokens for d in dec]))
+    c_sum = float(sum([keys_read(d.context, window) for d in dec]))
     if agg is not None:
         part = agg.clipped[windows.index(window)]
         c_tok += part * agg.tokens
@@ -413,7 +419,7 @@ class CostModel:
         self._draft = self._draft_demands()
         # read by every step's features and every cohort step of the executor: fixed per model
         swa = (self._window,) if self._swa_layers and self._window else ()
-        chunked = (self._chunk,) if self._chunked_layers and self._chunk else ()
+        chunked = (-self._chunk,) if self._chunked_layers and self._chunk else ()  # chunks: negative
         sparse = (self._mla_topk,) if self._mla_sparse else ()
         self._context_windows: tuple[int, ...] = swa + chunked + sparse
 
@@ -537,9 +543,11 @@ class CostModel:
 
     @property
     def context_windows(self) -> tuple[int, ...]:
-        """The most tokens of a context each attention kind reads (a sliding window, a sparse
-        attention's top k): a ``DecodeSum`` describes a decode batch exactly when it carries
-        Σ min(context, W) for each of them (``DecodeSum.clipped``, in this order)."""
+        """How each attention kind that does not read a whole context clips it: W > 0 for a
+        sliding window or a sparse attention's top k (min(context, W)), −C for chunked attention
+        (context mod C; ``core.batch.keys_read``). A ``DecodeSum`` describes a decode batch
+        exactly when it carries Σ ``keys_read(context, w)`` for each of them (``DecodeSum.clipped``,
+        in this order)."""
         return self._context_windows
 
     def features(self, shape: BatchShape) -> Features:
@@ -563,8 +571,8 @@ class CostModel:
         if agg is not None:
             if len(agg.clipped) != len(windows):
                 raise TokenmillError(
-                    "a sliding-window or sparse-attention model's decode cost needs each context, or their "
-                    f"sum clipped at {', '.join(map(str, windows))} tokens"
+                    "a sliding-window, sparse or chunked-attention model's decode cost needs each context, or "
+                    f"their sum clipped at {', '.join(_window_text(w) for w in windows)}"
                 )
             n_dec += agg.count
             dec_tokens += agg.count * agg.tokens
@@ -630,9 +638,8 @@ class CostModel:
                 dec_f += layers * 4.0 * h * hd * c_tok
                 dec_b += layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
             if self._chunked_layers and self._chunk:
-                # a query at context c reads c mod chunk + 1 keys; priced as min(c, chunk), exact
-                # below one chunk and at most a chunk's keys above (the cohort sums carry min)
-                c_tok, c_sum = _clipped_sums(dec, agg, self._chunk, windows)
+                # a query at context c reads the c mod chunk cached keys of its own chunk
+                c_tok, c_sum = _clipped_sums(dec, agg, -self._chunk, windows)
                 dec_f += self._chunked_layers * 4.0 * h * hd * c_tok
                 dec_b += self._chunked_layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
         if self._lin_state_rw:

@@ -791,8 +791,7 @@ def parse_llama4(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
         notes.append("vision encoder sized from vision_config")
     if local:
         notes.append(
-            f"chunked attention ({chunk:,} tokens) cached for every token, as SGLang's default "
-            "(uniform) pool does; a decode step priced as reading up to a chunk"
+            f"chunked attention ({chunk:,} tokens) cached for every token, as SGLang's default (uniform) pool does"
         )
     layers = [
         Layer(
