@@ -96,7 +96,8 @@ class Cohort:
         # running sums (rebuilt after a join or leave): Σ min(context, W) in O(log n)
         self._bases: list[int] = []
         self._prefix: list[int] | None = None
-        # by chunk size: the bases' residues, sorted, and their sum (rebuilt after a join or leave)
+        # by chunk size, once asked for: the bases' residues, sorted, and their sum (kept up to date
+        # by join and leave)
         self._residues: dict[int, tuple[list[int], int]] = {}
         self._reserve_base = 0  # Σ (remaining + synced clock) over unclipped members
         self._clipped: set[int] = set()
@@ -135,7 +136,9 @@ class Cohort:
         self._context_base += base
         bisect.insort(self._bases, base)
         self._prefix = None
-        self._residues.clear()
+        for chunk, (residues, total) in self._residues.items():
+            bisect.insort(residues, base % chunk)
+            self._residues[chunk] = (residues, total + base % chunk)
         remaining = req.max_new_tokens - req.output_len
         key = (req.running_seq, req.cohort_epoch, req)
         if remaining > self.clip:
@@ -155,7 +158,9 @@ class Cohort:
         self._context_base -= base
         del self._bases[bisect.bisect_left(self._bases, base)]
         self._prefix = None
-        self._residues.clear()
+        for chunk, (residues, total) in self._residues.items():
+            del residues[bisect.bisect_left(residues, base % chunk)]
+            self._residues[chunk] = (residues, total - base % chunk)
         if id(req) in self._clipped:
             self._clipped.discard(id(req))
         else:
