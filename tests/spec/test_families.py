@@ -761,6 +761,20 @@ def test_gemma3_totals_by_hand_and_published() -> None:
     assert not any(t.kind is TensorKind.LM_HEAD for t in m.tensors)
 
 
+def test_gemma3_sliding_layers_cache_every_token_under_sglang() -> None:
+    """SGLang turns its sliding-window pool off for Gemma 2/3 (server_args: "not yet supported"):
+    62 layers × 2 × 16 KV heads × 128 × 2 B = 507,904 B per token on one GPU, where gpt-oss's
+    sliding layers count 0.8 of a full one (``--swa-full-tokens-ratio``)."""
+    from tokenmill.hardware import load_gpu
+    from tokenmill.plan import Layout, plan_memory
+
+    plan = plan_memory(load_model(str(GEMMA3)), load_gpu("h100"), 1, Layout(tp=1))
+    assert plan.sizes.kv_bytes_per_token == 62 * 2 * 16 * 128 * 2
+    # gpt-oss-120b on TP8: 1 KV head of 64 per GPU, 18 full layers and 18 sliding at 0.8
+    oss = plan_memory(load_model("gpt-oss-120b"), load_gpu("h100"), 8, Layout(tp=8))
+    assert oss.sizes.kv_bytes_per_token == round(2 * 1 * 64 * 2 * (18 + 0.8 * 18))
+
+
 def test_gemma3_bad_fields_name_themselves() -> None:
     for change, field in (
         ({"sliding_window": 0}, "sliding_window"),

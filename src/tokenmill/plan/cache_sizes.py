@@ -26,6 +26,10 @@ CONV_STATE_BYTES = 2  # SGLANG_MAMBA_CONV_DTYPE default bf16
 DSPARK_DRAFT_KV_BYTES = 1400  # per token, cookbook calculator (RadixArk/Kimi-K3-DSpark)
 DSPARK_DRAFT_PARAMS = 2_249_289_601  # RadixArk/Kimi-K3-DSpark, 4.50 GB in bf16
 SWA_FULL_TOKENS_RATIO = 0.8  # SGLang --swa-full-tokens-ratio default
+# Model types whose sliding-window layers SGLang caches like full ones: its server_args turn the
+# hybrid sliding-window pool off for Gemma 2, 3 and 3n ("Disable hybrid SWA memory for {arch} as it
+# is not yet supported"), so every layer holds every token
+UNIFORM_SWA_POOL = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma3n"})
 
 # SGLang _calculate_mamba_ratio: slots per running request by radix-cache strategy.
 SLOTS_PER_REQUEST = {
@@ -118,7 +122,8 @@ def kv_cell_bytes(model: ModelSpec, layout: Layout) -> tuple[int, int]:
     # --hybrid-kvcache-ratio, which frees what a chunk no longer reads, is not modelled)
     n_full = _local_count(model.layers_with(MixerKind.GQA, MixerKind.CHUNKED), model, pp)
     n_swa = _local_count(model.layers_with(MixerKind.SWA), model, pp)
-    return round(per_layer * (n_full + SWA_FULL_TOKENS_RATIO * n_swa)), n_full + n_swa
+    swa_share = 1.0 if model.model_type in UNIFORM_SWA_POOL else SWA_FULL_TOKENS_RATIO
+    return round(per_layer * (n_full + swa_share * n_swa)), n_full + n_swa
 
 
 def ring_bytes_per_slot(model: ModelSpec, layout: Layout, linear_layers: int) -> int:
