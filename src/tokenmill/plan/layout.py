@@ -222,7 +222,7 @@ def validate_layout(layout: Layout, model: ModelSpec, gpus: int) -> None:
             raise TokenmillError(f"--tp must divide or be a multiple of the {kv} KV heads (attention TP = {attn_tp})")
     if model.moe is not None and model.moe.num_experts % layout.ep:
         raise TokenmillError(f"--ep must divide the {model.moe.num_experts} routed experts (got {layout.ep})")
-    if layout.dcp > 1 and not model.layers_with(MixerKind.MLA, MixerKind.GQA, MixerKind.CHUNKED):
+    if layout.dcp > 1 and not model.layers_with(MixerKind.MLA, MixerKind.GQA):
         raise TokenmillError("--dcp needs full-attention layers; this model has none")
     spec = layout.speculative
     if spec.algorithm == "dspark" and model.model_type != "kimi_k3":
