@@ -533,6 +533,8 @@ MIXTRAL = FIXTURES / "mixtral_8x7b_config.json"
 LLAMA4_SCOUT = FIXTURES / "llama_4_scout_config.json"
 LLAMA4_MAVERICK = FIXTURES / "llama_4_maverick_config.json"
 GEMMA3 = FIXTURES / "gemma_3_27b_config.json"
+QWEN2_5_VL = FIXTURES / "qwen2_5_vl_72b_config.json"
+QWEN3_VL = FIXTURES / "qwen3_vl_235b_a22b_config.json"
 
 # GLM-4.5 (zai-org/GLM-4.5 config.json), by hand:
 #   embedding + lm_head  2 × 151552 × 5120 (untied)                                 =  1,551,892,480
@@ -602,12 +604,12 @@ def test_a_mixtral_config_with_a_sliding_window_reads_as_sliding_layers() -> Non
 
 @pytest.mark.parametrize(
     "path",
-    [GLM_4_5, MIXTRAL, LLAMA4_MAVERICK, GEMMA3],
-    ids=["glm-4.5", "mixtral-8x7b", "llama-4-maverick", "gemma-3-27b"],
+    [GLM_4_5, MIXTRAL, LLAMA4_MAVERICK, GEMMA3, QWEN2_5_VL, QWEN3_VL],
+    ids=["glm-4.5", "mixtral-8x7b", "llama-4-maverick", "gemma-3-27b", "qwen2.5-vl-72b", "qwen3-vl-235b"],
 )
 def test_new_families_plan_and_predict(capsys: pytest.CaptureFixture[str], path: Path) -> None:
     """The families run through the planner and the cost model: one H200 board holds each in
-    BF16 (706, 93, 803 and 55 GB of weights), and a closed-loop point gives finite times."""
+    BF16 (706, 93, 803, 55, 147 and 471 GB of weights), and a closed-loop point gives finite times."""
     deployment = ("--model", str(path), "--gpu", "h200", "--gpus", "8")
     plan = cli_json(capsys, "plan", *deployment, "--json")
     assert plan["fits"] is True
@@ -786,6 +788,65 @@ def test_gemma3_bad_fields_name_themselves() -> None:
         config["text_config"] = config["text_config"] | change
         with pytest.raises(TokenmillError, match=rf"field '{field}'.*model_type gemma3_text"):
             model_from_config(config, "gemma3-bad")
+
+
+# --- Qwen's vision-language models (qwen2_5_vl, qwen3_vl_moe) ----------------------------------
+
+# Qwen2.5-VL-72B's vision encoder, by hand: 32 blocks of qkv 3 × 1280 × 1280 + 3840, proj 1280² +
+# 1280, gate and up 3456 × 1280 + 3456 each, down 1280 × 3456 + 1280, two RMS norms 2 × 1280
+# (19,840,512 a block); patch embedding 1280 × 3 × 2 × 14 × 14; merger norm 1280, 5120 × 5120 +
+# 5120 and 8192 × 5120 + 8192
+QWEN2_5_VL_VISION = 32 * 19_840_512 + 1280 * 1176 + 1280 + 5120 * 5120 + 5120 + 8192 * 5120 + 8192
+# its language model is Qwen2.5-72B's: untied embeddings 2 × 152064 × 8192; per layer q 8192² +
+# 8192, k and v 1024 × 8192 + 1024 each, o 8192², MLP 3 × 8192 × 29568, two norms; final norm
+QWEN2_5_72B_TEXT = (
+    2 * 152064 * 8192
+    + 80 * (8192 * 8192 + 8192 + 2 * (1024 * 8192 + 1024) + 8192 * 8192 + 3 * 8192 * 29568 + 2 * 8192)
+    + 8192
+)
+# Qwen3-VL-235B-A22B's, by hand: 27 blocks of qkv 3456 × 1152 + 3456, proj 1152² + 1152, fc1 4304 ×
+# 1152 + 4304, fc2 1152 × 4304 + 1152, two LayerNorms 2 × 2 × 1152 (15,239,504 a block); patch
+# embedding 1152 × 3 × 2 × 16 × 16 + 1152, positions 2304 × 1152; merger (norm 2 × 1152, 4608² +
+# 4608, 4096 × 4608 + 4096) and three deepstack mergers (norm 2 × 4608, the same two layers)
+_QWEN3_MERGER = 4608 * 4608 + 4608 + 4096 * 4608 + 4096
+QWEN3_VL_VISION = (
+    27 * 15_239_504 + 1152 * 1536 + 1152 + 2304 * 1152 + (2 * 1152 + _QWEN3_MERGER) + 3 * (2 * 4608 + _QWEN3_MERGER)
+)
+
+
+def test_qwen2_5_vl_is_qwen2_5_72b_with_its_vision_encoder() -> None:
+    """The older Qwen2.5-VL config keeps its text fields at the top level (model_type qwen2_5_vl):
+    it reads as Qwen2.5 (q/k/v biases) with the encoder beside it, 73.41B in all against the 73.4B
+    Hugging Face lists for Qwen/Qwen2.5-VL-72B-Instruct."""
+    m = load_model(str(QWEN2_5_VL))
+    assert (m.model_type, m.family) == ("qwen2_5_vl", "dense_gqa") and m.multimodal
+    vision = sum(t.params for t in m.tensors if t.kind is TensorKind.VISION)
+    assert vision == QWEN2_5_VL_VISION
+    assert m.total_params - vision == QWEN2_5_72B_TEXT
+    assert m.total_params == pytest.approx(73.4 * B, rel=0.005), "Qwen2.5-VL-72B: 73.4B (±0.5 %)"
+
+
+def test_qwen3_vl_moe_is_qwen3_235b_with_its_vision_encoder() -> None:
+    """Qwen3-VL-235B-A22B's language model (text_config, qwen3_vl_moe_text) is Qwen3-235B-A22B's,
+    to the parameter; the encoder adds its deepstack mergers."""
+    m, text = load_model(str(QWEN3_VL)), load_model("qwen3-235b-a22b")
+    assert (m.model_type, m.family) == ("qwen3_vl_moe", "moe_gqa")
+    assert m.layers == text.layers and m.moe == text.moe and m.gqa == text.gqa
+    vision = sum(t.params for t in m.tensors if t.kind is TensorKind.VISION)
+    assert vision == QWEN3_VL_VISION
+    assert m.total_params - vision == text.total_params
+    assert m.active_params == text.active_params  # the encoder is not run for text
+
+
+def test_qwen_vl_bad_vision_fields_name_themselves() -> None:
+    config = _fixture(QWEN3_VL)
+    config["vision_config"] = config["vision_config"] | {"depth": 0}
+    with pytest.raises(TokenmillError, match=r"\[vision_config\]: field 'depth' must be a positive integer"):
+        model_from_config(config, "qwen3-vl-bad")
+    config = _fixture(QWEN2_5_VL)
+    config["vision_config"] = config["vision_config"] | {"out_hidden_size": "wide"}
+    with pytest.raises(TokenmillError, match=r"field 'out_hidden_size' must be an integer"):
+        model_from_config(config, "qwen2.5-vl-bad")
 
 
 # --- DeepSeek-V3.2 (deepseek_v32): DeepSeek-V3 with DeepSeek Sparse Attention's indexer ---------

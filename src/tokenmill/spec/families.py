@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenmill.spec import builders as bld
+from tokenmill.spec import vision as vision_encoders
 from tokenmill.spec.config_reader import ConfigReader
 from tokenmill.spec.model import (
     FfnKind,
@@ -24,7 +25,6 @@ from tokenmill.spec.model import (
     MLAGeometry,
     MoEGeometry,
 )
-from tokenmill.spec.tensors import Shard, TensorKind
 
 
 @dataclass
@@ -81,11 +81,36 @@ def _layer_norms(b: bld.InventoryBuilder, n_layers: int, hidden: int) -> None:
     bld.final_norm(b, hidden)
 
 
+def _vision_reader(r: ConfigReader, vision: dict[str, Any]) -> ConfigReader:
+    """A reader of the top-level ``vision_config`` beside ``r``'s (text) config, its errors naming
+    the file and that object."""
+    return ConfigReader(vision, f"{r.source.removesuffix(' [text_config]')} [vision_config]", r.model_type)
+
+
+#: Qwen's multimodal wrappers (top-level ``model_type``) and their vision encoders
+_QWEN_VL = {
+    "qwen2_5_vl": vision_encoders.qwen2_5_vision,
+    "qwen3_vl": vision_encoders.qwen3_vision,
+    "qwen3_vl_moe": vision_encoders.qwen3_vision,
+}
+
+
+def _qwen_vl_vision(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> list[str]:
+    """Qwen2.5-VL's or Qwen3-VL's vision encoder where ``cfg`` is such a wrapper (its language model
+    parsed as qwen2, qwen3 or qwen3_moe); the notes that say so."""
+    vision, encoder = cfg.get("vision_config"), _QWEN_VL.get(str(cfg.get("model_type")))
+    if not isinstance(vision, dict) or encoder is None:
+        return []
+    encoder(b, _vision_reader(r, vision))
+    return ["vision encoder sized from vision_config"]
+
+
 # --- dense and MoE GQA -----------------------------------------------------------------------
 
 
 def parse_dense_gqa(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
-    """llama, qwen2, qwen3, mistral: every layer full GQA attention + a dense SwiGLU MLP."""
+    """llama, qwen2, qwen3, mistral: every layer full GQA attention + a dense SwiGLU MLP; the
+    language model of Qwen2.5-VL (qwen2) and Qwen3-VL (qwen3), their vision encoders beside it."""
     hidden, vocab, n_layers, tie, max_ctx = _common(r)
     g = _gqa_geometry(r, hidden)
     inter = r.pos_int("intermediate_size")
@@ -101,13 +126,14 @@ def parse_dense_gqa(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any
     )
     bld.dense_mlp(b, all_layers, hidden, inter)
     _layer_norms(b, n_layers, hidden)
+    notes = _qwen_vl_vision(r, b, cfg)
     layers = [Layer(i, MixerKind.GQA, FfnKind.DENSE) for i in all_layers]
-    return Parsed("dense_gqa", hidden, vocab, layers, max_ctx, gqa=g, dense_intermediate=inter)
+    return Parsed("dense_gqa", hidden, vocab, layers, max_ctx, gqa=g, dense_intermediate=inter, notes=notes)
 
 
 def parse_qwen_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
     """qwen3_moe / qwen2_moe: GQA attention; MoE every ``decoder_sparse_step`` layers except
-    ``mlp_only_layers``."""
+    ``mlp_only_layers``; the language model of Qwen3-VL's MoE models, its vision encoder beside it."""
     hidden, vocab, n_layers, tie, max_ctx = _common(r)
     g = _gqa_geometry(r, hidden)
     step = r.pos_int("decoder_sparse_step", 1)
@@ -136,8 +162,11 @@ def parse_qwen_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
     bld.dense_mlp(b, dense, hidden, inter)
     bld.moe(b, sparse, hidden, m, bld.MoENames(shared="mlp.shared_expert"), shared_gate=bool(shared_inter))
     _layer_norms(b, n_layers, hidden)
+    notes = _qwen_vl_vision(r, b, cfg)
     layers = [Layer(i, MixerKind.GQA, FfnKind.MOE if flags[i] else FfnKind.DENSE) for i in range(n_layers)]
-    return Parsed("moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m, dense_intermediate=inter or None)
+    return Parsed(
+        "moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m, dense_intermediate=inter or None, notes=notes
+    )
 
 
 def _sliding_layer_types(r: ConfigReader, default: list[str]) -> list[MixerKind]:
@@ -152,39 +181,6 @@ def _sliding_layer_types(r: ConfigReader, default: list[str]) -> list[MixerKind]
         if t not in allowed:
             raise r.fail("layer_types", f"entries must be sliding_attention or full_attention (got {t!r})")
     return [allowed[t] for t in types]
-
-
-def _siglip_tensors(b: bld.InventoryBuilder, vc: ConfigReader, text_hidden: int) -> None:
-    """Gemma 3's SigLIP vision encoder (``num_hidden_layers`` blocks with biased q/k/v/o and a
-    two-matrix MLP, LayerNorms with biases, a learned position per patch) and its projector into
-    the text width with an RMS norm, replicated on every GPU."""
-    width = vc.pos_int("hidden_size")
-    inter = vc.pos_int("intermediate_size")
-    n = vc.pos_int("num_hidden_layers", maximum=MAX_LAYERS)
-    patch = vc.pos_int("patch_size", 14)
-    image = vc.pos_int("image_size", 896)
-    v, rep = TensorKind.VISION, Shard.REPLICATED
-    p = "vision_tower.vision_model."
-    b.add(p + "embeddings.patch_embedding", v, (width, 3 * patch * patch), rep)
-    b.add(p + "embeddings.patch_embedding.bias", v, (width,), rep, linear=False)
-    b.add(p + "embeddings.position_embedding", v, ((image // patch) ** 2, width), rep, linear=False)
-    layers = tuple(range(n))
-    for name, shape in (
-        ("self_attn.q_proj", (width, width)),
-        ("self_attn.k_proj", (width, width)),
-        ("self_attn.v_proj", (width, width)),
-        ("self_attn.out_proj", (width, width)),
-        ("mlp.fc1", (inter, width)),
-        ("mlp.fc2", (width, inter)),
-    ):
-        blk = f"{p}encoder.layers.{{i}}.{name}"
-        b.add(blk, v, shape, rep, layers)
-        b.add(blk + ".bias", v, (shape[0],), rep, layers, linear=False)
-    for name in ("layer_norm1", "layer_norm2"):
-        b.add(f"{p}encoder.layers.{{i}}.{name}", v, (2 * width,), rep, layers, linear=False)  # weight, bias
-    b.add(p + "post_layernorm", v, (2 * width,), rep, linear=False)
-    b.add("multi_modal_projector.mm_input_projection_weight", v, (text_hidden, width), rep)
-    b.add("multi_modal_projector.mm_soft_emb_norm", v, (width,), rep, linear=False)
 
 
 def parse_gemma3(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
@@ -212,7 +208,7 @@ def parse_gemma3(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
     notes: list[str] = []
     vision = cfg.get("vision_config")
     if isinstance(vision, dict):
-        _siglip_tensors(b, ConfigReader(vision, f"{r.source} [vision_config]", r.model_type), hidden)
+        vision_encoders.siglip(b, _vision_reader(r, vision), hidden)
         notes.append("vision encoder sized from vision_config")
     layers = [Layer(i, kinds[i], FfnKind.DENSE) for i in all_layers]
     return Parsed("dense_gqa", hidden, vocab, layers, max_ctx, gqa=g, dense_intermediate=inter, notes=notes)
@@ -426,38 +422,6 @@ def _kimi_layer_schedule(r: ConfigReader, n_layers: int) -> list[MixerKind]:
     return [mapping[t] for t in types]
 
 
-def _vision_tensors(b: bld.InventoryBuilder, vc: ConfigReader, text_hidden: int) -> int:
-    """MoonViT tower + patch-merger projector, sized from ``vision_config`` (an estimate of the
-    layout: qkv, o, a two-matrix MLP and norms per layer; a two-layer projector after a 2×2 merge).
-    Replicated on every GPU (SGLang shards images, not the tower)."""
-    width = vc.pos_int("vt_hidden_size")
-    qkv = vc.get_int("qkv_hidden_size", width)
-    inter = vc.pos_int("vt_intermediate_size")
-    n = vc.pos_int("vt_num_hidden_layers", maximum=MAX_LAYERS)
-    patch = vc.pos_int("patch_size", 14)
-    merge = vc.raw("merge_kernel_size", [2, 2])
-    merge_n = int(merge[0]) * int(merge[1]) if isinstance(merge, list) and len(merge) == 2 else 4
-    mm_hidden = vc.get_int("mm_hidden_size", width)
-    pos_h, pos_w = vc.get_int("init_pos_emb_height", 64), vc.get_int("init_pos_emb_width", 64)
-    layers = tuple(range(n))
-    v, rep = TensorKind.VISION, Shard.REPLICATED
-    b.add("vision_tower.patch_embed", v, (width, 3 * patch * patch), rep, linear=False)
-    b.add("vision_tower.pos_emb", v, (pos_h * pos_w, width), rep, linear=False)
-    for name, shape in (
-        ("wqkv", (3 * qkv, width)),
-        ("wo", (width, qkv)),
-        ("mlp.fc0", (inter, width)),
-        ("mlp.fc1", (width, inter)),
-    ):
-        b.add(f"vision_tower.blocks.{{i}}.{name}", v, shape, rep, layers)
-    for name in ("norm0", "norm1"):
-        b.add(f"vision_tower.blocks.{{i}}.{name}", v, (width,), rep, layers, linear=False)
-    merged = merge_n * mm_hidden
-    b.add("mm_projector.proj.0", v, (merged, merged), rep)
-    b.add("mm_projector.proj.2", v, (text_hidden, merged), rep)
-    return n
-
-
 def parse_kimi_linear(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
     """kimi_linear (Kimi Linear 48B-A3B) and kimi_k3's ``text_config``: KDA and MLA layers (MLA
     without rope in Kimi), MoE with shared experts and a dense first layer. K3 adds a latent MoE
@@ -541,8 +505,8 @@ def parse_kimi_linear(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, A
     notes: list[str] = []
     vision = cfg.get("vision_config")
     if isinstance(vision, dict):
-        vc = ConfigReader(vision, f"{r.source} [vision_config]", r.model_type)
-        _vision_tensors(b, vc, hidden)
+        vc = _vision_reader(r, vision)
+        vision_encoders.moonvit(b, vc, hidden)
         notes.append("vision tower sized from vision_config (layout estimated, ~0.8 GiB for K3)")
     return Parsed(
         "kda_mla_moe",
@@ -711,44 +675,6 @@ def _llama4_schedule(r: ConfigReader, n_layers: int) -> tuple[list[bool], list[b
     return [i in moe for i in range(n_layers)], chunked
 
 
-def _llama4_vision_tensors(b: bld.InventoryBuilder, vc: ConfigReader, text_hidden: int) -> None:
-    """Llama 4's vision encoder (a ViT of ``num_hidden_layers`` blocks with biased q/k/v/o and a
-    two-matrix GELU MLP), its pixel-shuffle adapter MLP and the projector into the text width,
-    replicated on every GPU as the engines load it."""
-    width = vc.pos_int("hidden_size")
-    inter = vc.pos_int("intermediate_size")
-    n = vc.pos_int("num_hidden_layers", maximum=MAX_LAYERS)
-    patch = vc.pos_int("patch_size", 14)
-    image = vc.pos_int("image_size", 336)
-    proj_in = vc.pos_int("projector_input_dim", 4096)
-    proj_out = vc.pos_int("projector_output_dim", 4096)
-    out = vc.pos_int("vision_output_dim", proj_out)
-    v, rep = TensorKind.VISION, Shard.REPLICATED
-    p = "vision_model."
-    b.add(p + "patch_embedding.linear", v, (width, 3 * patch * patch), rep)
-    b.add(p + "class_embedding", v, (width,), rep, linear=False)
-    b.add(p + "positional_embedding_vlm", v, ((image // patch) ** 2 + 1, width), rep, linear=False)
-    layers = tuple(range(n))
-    for name, shape in (
-        ("self_attn.q_proj", (width, width)),
-        ("self_attn.k_proj", (width, width)),
-        ("self_attn.v_proj", (width, width)),
-        ("self_attn.o_proj", (width, width)),
-        ("mlp.fc1", (inter, width)),
-        ("mlp.fc2", (width, inter)),
-    ):
-        blk = f"{p}model.layers.{{i}}.{name}"
-        b.add(blk, v, shape, rep, layers)
-        b.add(blk + ".bias", v, (shape[0],), rep, layers, linear=False)
-    for name in ("input_layernorm", "post_attention_layernorm"):
-        b.add(f"{p}model.layers.{{i}}.{name}", v, (2 * width,), rep, layers, linear=False)  # weight, bias
-    for name in ("layernorm_pre", "layernorm_post"):
-        b.add(p + name, v, (2 * width,), rep, linear=False)
-    b.add(p + "vision_adapter.mlp.fc1", v, (proj_in, inter), rep)
-    b.add(p + "vision_adapter.mlp.fc2", v, (proj_out, proj_in), rep)
-    b.add("multi_modal_projector.linear_1", v, (text_hidden, out), rep)
-
-
 def parse_llama4(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
     """llama4's ``text_config`` (Llama 4 Scout, Maverick): GQA attention, chunked local attention
     (``attention_chunk_size``) in the rotary layers and full attention in every fourth (NoPE)
@@ -787,7 +713,7 @@ def parse_llama4(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
     notes: list[str] = []
     vision = cfg.get("vision_config")
     if isinstance(vision, dict):
-        _llama4_vision_tensors(b, ConfigReader(vision, f"{r.source} [vision_config]", r.model_type), hidden)
+        vision_encoders.llama4_vision(b, _vision_reader(r, vision), hidden)
         notes.append("vision encoder sized from vision_config")
     if local:
         notes.append(

@@ -21,10 +21,30 @@ from tokenmill.spec.quantization import quant_rules
 from tokenmill.spec.requantize import parse_weight_format, requantize
 
 # Text-model types of multimodal wrappers that share a parser with their family.
-_TEXT_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_5_moe", "qwen3_next_text": "qwen3_next"}
+_TEXT_MODEL_TYPES = {
+    "qwen3_5_moe_text": "qwen3_5_moe",
+    "qwen3_next_text": "qwen3_next",
+    # Qwen's vision-language models: their language models read as Qwen2.5 / Qwen3 / Qwen3-MoE (the
+    # older Qwen2.5-VL configs keep the text fields at the top level, under "qwen2_5_vl")
+    "qwen2_5_vl": "qwen2",
+    "qwen2_5_vl_text": "qwen2",
+    "qwen3_vl_text": "qwen3",
+    "qwen3_vl_moe_text": "qwen3_moe",
+}
 
 # Wrappers whose language model sits in ``text_config``.
-_TEXT_WRAPPERS = {"kimi_k3", "kimi_vl", "qwen3_5_moe_vl", "llava", "mistral3", "llama4", "gemma3"}
+_TEXT_WRAPPERS = {
+    "kimi_k3",
+    "kimi_vl",
+    "qwen3_5_moe_vl",
+    "llava",
+    "mistral3",
+    "llama4",
+    "gemma3",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+}
 
 
 def model_from_config(
