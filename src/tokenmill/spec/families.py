@@ -87,25 +87,30 @@ def _vision_reader(r: ConfigReader, vision: dict[str, Any]) -> ConfigReader:
     return ConfigReader(vision, f"{r.source.removesuffix(' [text_config]')} [vision_config]", r.model_type)
 
 
+def _with_vision(
+    r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any], hidden: int, encoder: vision_encoders.Encoder | None
+) -> list[str]:
+    """``encoder``'s tensors where ``cfg`` has a ``vision_config`` (and an encoder is known for
+    it), and the note that says so."""
+    vision = cfg.get("vision_config")
+    if not isinstance(vision, dict) or encoder is None:
+        return []
+    encoder(b, _vision_reader(r, vision), hidden)
+    return ["vision encoder sized from vision_config"]
+
+
 #: Qwen's multimodal wrappers (top-level ``model_type``) and their vision encoders
-_QWEN_VL = {
+_QWEN_VL: dict[str, vision_encoders.Encoder] = {
     "qwen2_5_vl": vision_encoders.qwen2_5_vision,
     "qwen3_vl": vision_encoders.qwen3_vision,
     "qwen3_vl_moe": vision_encoders.qwen3_vision,
 }
 
 
-def _qwen_vl_vision(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> list[str]:
+def _qwen_vl_vision(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any], hidden: int) -> list[str]:
     """Qwen2.5-VL's or Qwen3-VL's vision encoder where ``cfg`` is such a wrapper (its language model
-    parsed as qwen2, qwen3 or qwen3_moe); the notes that say so."""
-    vision, encoder = cfg.get("vision_config"), _QWEN_VL.get(str(cfg.get("model_type")))
-    if not isinstance(vision, dict) or encoder is None:
-        return []
-    encoder(b, _vision_reader(r, vision))
-    return ["vision encoder sized from vision_config"]
-
-
-# --- dense and MoE GQA -----------------------------------------------------------------------
+    parsed as qwen2, qwen3 or qwen3_moe)."""
+    return _with_vision(r, b, cfg, hidden, _QWEN_VL.get(str(cfg.get("model_type"))))
 
 
 def parse_dense_gqa(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
@@ -126,7 +131,7 @@ def parse_dense_gqa(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any
     )
     bld.dense_mlp(b, all_layers, hidden, inter)
     _layer_norms(b, n_layers, hidden)
-    notes = _qwen_vl_vision(r, b, cfg)
+    notes = _qwen_vl_vision(r, b, cfg, hidden)
     layers = [Layer(i, MixerKind.GQA, FfnKind.DENSE) for i in all_layers]
     return Parsed("dense_gqa", hidden, vocab, layers, max_ctx, gqa=g, dense_intermediate=inter, notes=notes)
 
@@ -162,7 +167,7 @@ def parse_qwen_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
     bld.dense_mlp(b, dense, hidden, inter)
     bld.moe(b, sparse, hidden, m, bld.MoENames(shared="mlp.shared_expert"), shared_gate=bool(shared_inter))
     _layer_norms(b, n_layers, hidden)
-    notes = _qwen_vl_vision(r, b, cfg)
+    notes = _qwen_vl_vision(r, b, cfg, hidden)
     layers = [Layer(i, MixerKind.GQA, FfnKind.MOE if flags[i] else FfnKind.DENSE) for i in range(n_layers)]
     return Parsed(
         "moe_gqa", hidden, vocab, layers, max_ctx, gqa=g, moe=m, dense_intermediate=inter or None, notes=notes
@@ -205,11 +210,7 @@ def parse_gemma3(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
     bld.dense_mlp(b, all_layers, hidden, inter)
     bld.norms(b, all_layers, hidden, "pre_feedforward_layernorm", "post_feedforward_layernorm")
     _layer_norms(b, n_layers, hidden)
-    notes: list[str] = []
-    vision = cfg.get("vision_config")
-    if isinstance(vision, dict):
-        vision_encoders.siglip(b, _vision_reader(r, vision), hidden)
-        notes.append("vision encoder sized from vision_config")
+    notes = _with_vision(r, b, cfg, hidden, vision_encoders.siglip)
     layers = [Layer(i, kinds[i], FfnKind.DENSE) for i in all_layers]
     return Parsed("dense_gqa", hidden, vocab, layers, max_ctx, gqa=g, dense_intermediate=inter, notes=notes)
 
@@ -502,12 +503,7 @@ def parse_kimi_linear(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, A
             "mlp_res_norm",
         )
     layers = [Layer(i, kinds[i], FfnKind.MOE if flags[i] else FfnKind.DENSE) for i in range(n_layers)]
-    notes: list[str] = []
-    vision = cfg.get("vision_config")
-    if isinstance(vision, dict):
-        vc = _vision_reader(r, vision)
-        vision_encoders.moonvit(b, vc, hidden)
-        notes.append("vision tower sized from vision_config (layout estimated, ~0.8 GiB for K3)")
+    notes = _with_vision(r, b, cfg, hidden, vision_encoders.moonvit)
     return Parsed(
         "kda_mla_moe",
         hidden,
@@ -710,11 +706,7 @@ def parse_llama4(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
     )
     bld.moe(b, sparse, hidden, m, names)
     _layer_norms(b, n_layers, hidden)
-    notes: list[str] = []
-    vision = cfg.get("vision_config")
-    if isinstance(vision, dict):
-        vision_encoders.llama4_vision(b, _vision_reader(r, vision), hidden)
-        notes.append("vision encoder sized from vision_config")
+    notes = _with_vision(r, b, cfg, hidden, vision_encoders.llama4_vision)
     if local:
         notes.append(
             f"chunked attention ({chunk:,} tokens) cached for every token, as SGLang's default (uniform) pool does"

@@ -11,18 +11,21 @@ default is taken.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tokenmill.spec import builders as bld
 from tokenmill.spec.config_reader import ConfigReader
 from tokenmill.spec.tensors import Shard, TensorKind
 
-__all__ = ["MAX_VISION_LAYERS", "llama4_vision", "moonvit", "qwen2_5_vision", "qwen3_vision", "siglip"]
+__all__ = ["MAX_VISION_LAYERS", "Encoder", "llama4_vision", "moonvit", "qwen2_5_vision", "qwen3_vision", "siglip"]
 
 #: Blocks a vision config may declare (a ViT has tens; each is a tensor entry here)
 MAX_VISION_LAYERS = 10_000
 
 _V, _REP = TensorKind.VISION, Shard.REPLICATED
+
+#: An encoder's builder: (inventory, its ``vision_config``, the language model's width)
+Encoder = Callable[[bld.InventoryBuilder, ConfigReader, int], None]
 
 
 def _blocks(
@@ -51,7 +54,8 @@ def _add(b: bld.InventoryBuilder, name: str, shape: tuple[int, ...], linear: boo
 
 def moonvit(b: bld.InventoryBuilder, vc: ConfigReader, text_hidden: int) -> None:
     """Kimi's MoonViT tower + patch-merger projector (an estimate of the layout: qkv, o, a
-    two-matrix MLP and norms per layer, no biases; a two-layer projector after a 2×2 merge)."""
+    two-matrix MLP and norms per layer, no biases; a two-layer projector after a 2×2 merge;
+    ~0.8 GiB for K3)."""
     width = vc.pos_int("vt_hidden_size")
     qkv = vc.get_int("qkv_hidden_size", width)
     inter = vc.pos_int("vt_intermediate_size")
@@ -126,17 +130,23 @@ def _qwen_merger(b: bld.InventoryBuilder, prefix: str, width: int, merge: int, o
         _add(b, prefix + name + ".bias", (shape[0],), linear=False)
 
 
-def qwen2_5_vision(b: bld.InventoryBuilder, vc: ConfigReader) -> None:
-    """Qwen2.5-VL's encoder: ``depth`` blocks of a fused biased qkv and output projection, a gated
-    (SwiGLU) MLP with biases and two RMS norms; a 3-D patch embedding (``temporal_patch_size`` ×
-    ``patch_size``², no bias) and the merger into ``out_hidden_size``."""
+def _qwen_dims(vc: ConfigReader, patch: int) -> tuple[int, int, int, int, int]:
+    """(width, MLP width, blocks, values per patch of the 3-D patch embedding, merge size) of a
+    Qwen-VL encoder, ``patch`` the patch size where the config gives none."""
     width = vc.pos_int("hidden_size")
     inter = vc.pos_int("intermediate_size")
     n = vc.pos_int("depth", maximum=MAX_VISION_LAYERS)
-    patch, temporal = vc.pos_int("patch_size", 14), vc.pos_int("temporal_patch_size", 2)
-    channels = vc.first_int("in_chans", "in_channels", default=3)
-    merge = vc.pos_int("spatial_merge_size", 2)
-    _add(b, "visual.patch_embed.proj", (width, channels * temporal * patch * patch))
+    side, temporal = vc.pos_int("patch_size", patch), vc.pos_int("temporal_patch_size", 2)
+    channels = vc.first_int("in_channels", "in_chans", default=3)
+    return width, inter, n, channels * temporal * side * side, vc.pos_int("spatial_merge_size", 2)
+
+
+def qwen2_5_vision(b: bld.InventoryBuilder, vc: ConfigReader, text_hidden: int) -> None:
+    """Qwen2.5-VL's encoder: ``depth`` blocks of a fused biased qkv and output projection, a gated
+    (SwiGLU) MLP with biases and two RMS norms; a 3-D patch embedding (``temporal_patch_size`` ×
+    ``patch_size``², no bias) and the merger into ``out_hidden_size`` (the text width)."""
+    width, inter, n, patch_values, merge = _qwen_dims(vc, 14)
+    _add(b, "visual.patch_embed.proj", (width, patch_values))
     linears = (
         ("attn.qkv", 3 * width, width),
         ("attn.proj", width, width),
@@ -145,22 +155,17 @@ def qwen2_5_vision(b: bld.InventoryBuilder, vc: ConfigReader) -> None:
         ("mlp.down_proj", width, inter),
     )
     _blocks(b, "visual.blocks.{i}", n, linears, (("norm1", width), ("norm2", width)))
-    _qwen_merger(b, "visual.merger", width, merge, vc.pos_int("out_hidden_size"), width)
+    _qwen_merger(b, "visual.merger", width, merge, vc.pos_int("out_hidden_size", text_hidden), width)
 
 
-def qwen3_vision(b: bld.InventoryBuilder, vc: ConfigReader) -> None:
+def qwen3_vision(b: bld.InventoryBuilder, vc: ConfigReader, text_hidden: int) -> None:
     """Qwen3-VL's encoder: ``depth`` blocks of a fused biased qkv and output projection, a
     two-matrix GELU MLP with biases and two LayerNorms; a biased 3-D patch embedding, learned
-    positions (``num_position_embeddings``), the merger into ``out_hidden_size`` and one more
-    merger per ``deepstack_visual_indexes`` entry (its norm after the 2×2 shuffle)."""
-    width = vc.pos_int("hidden_size")
-    inter = vc.pos_int("intermediate_size")
-    n = vc.pos_int("depth", maximum=MAX_VISION_LAYERS)
-    patch, temporal = vc.pos_int("patch_size", 16), vc.pos_int("temporal_patch_size", 2)
-    channels = vc.first_int("in_channels", "in_chans", default=3)
-    merge = vc.pos_int("spatial_merge_size", 2)
-    out = vc.pos_int("out_hidden_size")
-    _add(b, "visual.patch_embed.proj", (width, channels * temporal * patch * patch))
+    positions (``num_position_embeddings``), the merger into ``out_hidden_size`` (the text width)
+    and one more merger per ``deepstack_visual_indexes`` entry (its norm after the 2×2 shuffle)."""
+    width, inter, n, patch_values, merge = _qwen_dims(vc, 16)
+    out = vc.pos_int("out_hidden_size", text_hidden)
+    _add(b, "visual.patch_embed.proj", (width, patch_values))
     _add(b, "visual.patch_embed.proj.bias", (width,), linear=False)
     _add(b, "visual.pos_embed", (vc.pos_int("num_position_embeddings", 2304), width), linear=False)
     linears = (
