@@ -127,6 +127,7 @@ def test_the_row_carries_the_deployments_settings(capsys: pytest.CaptureFixture[
         ("sglang serve --model-path moonshotai/Kimi-K3 --tp-size 8 --dcp-size 8", "decode context parallelism"),
         ("sglang serve --model-path Qwen/Qwen3-32B --tp-size 2 --dp-size 4", "4 replicas of a 2-GPU worker"),
         ("sglang serve --model-path Qwen/Qwen3-32B --page-size 16", "--page-size"),
+        ("sglang serve --model-path openai/gpt-oss-120b --disable-hybrid-swa-memory", "sliding-window pool"),
         ("sglang serve --tp-size 2", "names no model"),
     ],
 )

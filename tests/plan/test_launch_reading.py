@@ -23,6 +23,7 @@ from tokenmill.plan.launch import launch_commands
 from tokenmill.plan.launch_reading import read_launch
 from tokenmill.plan.layout import KVDtype, PrefixCache, Speculation, StateDtype
 from tokenmill.spec import load_model
+from tokenmill.spec.model import MixerKind
 
 LOW_LATENCY = """sglang serve --model-path moonshotai/Kimi-K3 --trust-remote-code \\
   --tp-size 8 --mem-fraction-static 0.85 \\
@@ -161,6 +162,8 @@ def test_model_and_gpus_given_on_the_command_line_win(capsys: pytest.CaptureFixt
         ("sglang serve --speculative-algorithm MEDUSA", [], "not one tokenmill plans"),
         ("sglang serve --quantization awq", [], "--quantization 'awq'"),
         ("sglang serve --disable-radix-cache --mamba-radix-cache-strategy no_buffer", [], "both"),
+        ("sglang serve --disable-hybrid-swa-memory --swa-full-tokens-ratio 0.5", [], "both"),
+        ("sglang serve --model-path openai/gpt-oss-120b --swa-full-tokens-ratio 2", [], "at most 1 (got 2.0)"),
         ("sglang serve --tp-size 8 'unclosed", [], "cannot split the command"),
         ("sglang serve --tp-size 8 stray", [], "'stray' is not a flag sglang takes"),
         ("vllm serve m --speculative-config '{bad'", [], "--speculative-config must be JSON"),
@@ -225,6 +228,7 @@ def _layouts(draw: st.DrawFn) -> tuple[str, str, Layout]:
         max_running_requests=draw(st.sampled_from([None, 64, 256])),
         page_size=draw(st.sampled_from((1, 16, 64))),
         moe_a2a_backend=draw(st.sampled_from(("none", "deepep"))),
+        swa_full_tokens_ratio=draw(st.sampled_from((None, 0.5, 1.0))),
     )
     return model, gpu, layout
 
@@ -243,7 +247,11 @@ def test_the_sglang_command_a_plan_prints_reads_back_into_its_layout(case: tuple
     flags |= {"ep": 1, "pp": 1, "dp_attention": 1, "dcp": 1, "kv_cache_dtype": "auto", "prefix_cache": "extra_buffer"}
     flags |= {"speculative": "none", "replayssm": False, "mem_fraction_static": 0.85, "page_size": 64}
     flags |= {"moe_a2a_backend": "none", "pool_budget_gib": None, "weight_format": None, "expert_format": None}
+    flags |= {"swa_full_tokens_ratio": None}
     back = layout_from_flags(flags | reading.flags, reading.gpus)
+    # the sliding-window pool's ratio is written, and read back, for a model with sliding layers
+    sliding = bool(spec.layers_with(MixerKind.SWA))
+    assert back.swa_full_tokens_ratio == (layout.swa_full_tokens_ratio if sliding else None)
     assert reading.engine == "sglang" and reading.model == spec.hf_id
     assert reading.gpus == layout.tp * layout.pp
     ratio = plan.pools.pool_ratio
@@ -284,3 +292,40 @@ def test_the_vllm_command_a_plan_prints_reads_back_into_what_vllm_can_say(case: 
     assert flags.get("max_running_requests") == layout.max_running_requests
     assert (flags.get("prefix_cache") == "off") == (layout.prefix_cache is PrefixCache.OFF)
     assert Speculation.parse(flags.get("speculative", "none")) == layout.speculative
+
+
+# gpt-oss-120b on TP8: one KV head of 64 per GPU, 2 × 64 × 2 B = 256 B per layer and token; 18 full
+# layers and 18 sliding ones
+OSS_LAYER = 2 * 64 * 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "sliding_share"),
+    [("", 0.8), ("--swa-full-tokens-ratio 0.5", 0.5), ("--disable-hybrid-swa-memory", 1.0)],
+)
+def test_sglangs_sliding_window_pool_flags_size_the_cache(
+    capsys: pytest.CaptureFixture[str], flags: str, sliding_share: float
+) -> None:
+    """SGLang's sliding-window pool holds --swa-full-tokens-ratio (0.8) × the full pool's tokens;
+    --disable-hybrid-swa-memory keeps one pool, every layer caching every token."""
+    launch = f"sglang serve --model-path openai/gpt-oss-120b --tp-size 8 {flags}"
+    code, out, err = cli(capsys, "plan", "--gpu", "h100", "--launch", launch, "--json")
+    assert code == 0 and "not modelled" not in err, err
+    assert json.loads(out)["kv_bytes_per_token"] == round(OSS_LAYER * (18 + sliding_share * 18))
+
+
+def test_the_launch_command_says_the_sliding_window_pool_where_it_applies() -> None:
+    """A set ratio is written for a model with sliding layers (gpt-oss), not for one without
+    (Llama-3.1-8B) nor for Gemma 3, whose pool SGLang keeps uniform whatever the flag says."""
+    from pathlib import Path
+
+    gemma = Path(__file__).parents[1] / "spec" / "fixtures" / "gemma_3_27b_config.json"
+    lay = Layout(tp=8, swa_full_tokens_ratio=0.5)
+    oss = plan_memory(load_model("gpt-oss-120b"), load_gpu("h100"), 8, lay)
+    assert "--swa-full-tokens-ratio 0.5" in launch_commands(oss).sglang
+    assert oss.sizes.kv_bytes_per_token == OSS_LAYER * (18 + 9)
+    for model in (load_model("llama-3.1-8b"), load_model(str(gemma))):
+        plan = plan_memory(model, load_gpu("h100"), 8, lay)
+        assert "--swa-full-tokens-ratio" not in launch_commands(plan).sglang
+    g = plan_memory(load_model(str(gemma)), load_gpu("h100"), 8, lay)
+    assert g.sizes.kv_bytes_per_token == 62 * 2 * 2 * 128 * 2  # 16 KV heads over TP8: 2 a GPU

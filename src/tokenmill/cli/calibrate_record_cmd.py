@@ -69,6 +69,11 @@ def _refuse_what_rows_cannot_say(reading: Any) -> None:
         )
     if flags.get("page_size") not in (None, 64):
         raise TokenmillError("--launch sets --page-size; a measurements row has no column for it")
+    if flags.get("swa_full_tokens_ratio") is not None:
+        raise TokenmillError(
+            "--launch sets the sliding-window pool (--swa-full-tokens-ratio or --disable-hybrid-swa-memory); "
+            "a measurements row has no column for it"
+        )
     if reading.model is None:
         raise TokenmillError("--launch names no model (--model-path, or vLLM's positional model)")
 

@@ -95,6 +95,7 @@ _LAYOUT_PARSERS: dict[str, Any] = {
     "dp_attention": int,
     "dcp": int,
     "page_size": int,
+    "swa_full_tokens_ratio": float,
     "max_running_requests": int,
     "avg_request_tokens": int,
     "pool_ratio": float,
@@ -299,6 +300,18 @@ _LAYOUT: list[tuple[str, Any, Any]] = [
     ),
     ("max_running_requests", Annotated[int | None, typer.Option("--max-running-requests")], None),
     ("page_size", Annotated[int, typer.Option("--page-size")], 64),
+    (
+        "swa_full_tokens_ratio",
+        Annotated[
+            float | None,
+            typer.Option(
+                "--swa-full-tokens-ratio",
+                help="Sliding-window layers' cache tokens per full layer's (SGLang's; default 0.8; "
+                "Gemma 2/3 keep one pool, 1, whatever it says).",
+            ),
+        ],
+        None,
+    ),
     ("moe_a2a_backend", Annotated[str, typer.Option("--moe-a2a-backend", help="none|deepep|megamoe")], "none"),
     (
         "pool_budget_gib",
@@ -427,6 +440,7 @@ def layout_from_flags(flags: dict[str, Any], gpus: int) -> Any:
         avg_request_tokens=flags["avg_request_tokens"],
         max_running_requests=flags["max_running_requests"],
         page_size=flags["page_size"],
+        swa_full_tokens_ratio=flags["swa_full_tokens_ratio"],
         moe_a2a_backend=flags["moe_a2a_backend"],
         pool_budget_bytes=gib_to_bytes(budget) if budget is not None else None,
     )

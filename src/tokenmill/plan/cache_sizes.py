@@ -106,6 +106,17 @@ def mla_layer_bytes(g: MLAGeometry, kv_dtype_bytes: int) -> tuple[int, int]:
     return latent, g.index_cache_bytes
 
 
+def swa_full_tokens_ratio(model: ModelSpec, layout: Layout) -> float:
+    """A sliding-window layer's cache tokens per full layer's: 1 for the models SGLang keeps one
+    uniform pool for whatever the flags say (``UNIFORM_SWA_POOL``), else the layout's
+    ``--swa-full-tokens-ratio`` (1 with ``--disable-hybrid-swa-memory``), else SGLang's 0.8."""
+    if model.model_type in UNIFORM_SWA_POOL:
+        return 1.0
+    if layout.swa_full_tokens_ratio is not None:
+        return layout.swa_full_tokens_ratio
+    return SWA_FULL_TOKENS_RATIO
+
+
 def kv_cell_bytes(model: ModelSpec, layout: Layout) -> tuple[int, int]:
     """(bytes per token on one GPU before DCP, full-attention layers on that GPU)."""
     b = layout.kv_cache_dtype.nbytes
@@ -122,7 +133,7 @@ def kv_cell_bytes(model: ModelSpec, layout: Layout) -> tuple[int, int]:
     # --hybrid-kvcache-ratio, which frees what a chunk no longer reads, is not modelled)
     n_full = _local_count(model.layers_with(MixerKind.GQA, MixerKind.CHUNKED), model, pp)
     n_swa = _local_count(model.layers_with(MixerKind.SWA), model, pp)
-    swa_share = 1.0 if model.model_type in UNIFORM_SWA_POOL else SWA_FULL_TOKENS_RATIO
+    swa_share = swa_full_tokens_ratio(model, layout)
     return round(per_layer * (n_full + swa_share * n_swa)), n_full + n_swa
 
 

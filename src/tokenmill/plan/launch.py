@@ -11,7 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tokenmill.plan.cache_sizes import UNIFORM_SWA_POOL
 from tokenmill.plan.layout import KVDtype, PrefixCache, StateDtype
+from tokenmill.spec.model import MixerKind
 
 if TYPE_CHECKING:
     from tokenmill.plan.memory_plan import MemoryPlan
@@ -63,6 +65,8 @@ def sglang_command(plan: MemoryPlan, nnodes: int) -> str:
         mem += ["--kv-cache-dtype", "fp8_e4m3"]
     if lay.page_size != 64:
         mem += ["--page-size", str(lay.page_size)]
+    if lay.swa_full_tokens_ratio is not None and m.layers_with(MixerKind.SWA) and m.model_type not in UNIFORM_SWA_POOL:
+        mem += ["--swa-full-tokens-ratio", f"{lay.swa_full_tokens_ratio:g}"]
     parts.append(mem)
     if lay.prefix_cache is PrefixCache.OFF:
         parts.append(["--disable-radix-cache"])

@@ -232,6 +232,8 @@ _READ_SGLANG = frozenset(
         "--mem-fraction-static",
         "--kv-cache-dtype",
         "--page-size",
+        "--swa-full-tokens-ratio",
+        "--disable-hybrid-swa-memory",
         "--disable-radix-cache",
         "--mamba-radix-cache-strategy",
         "--mamba-full-memory-ratio",
@@ -295,6 +297,13 @@ def _sglang(positional: list[str], opts: dict[str, str | None]) -> LaunchReading
         ),
     }
     flags |= {k: v for k, v in optional.items() if v is not None}
+    swa = _float(opts, "--swa-full-tokens-ratio")
+    if "--disable-hybrid-swa-memory" in opts:
+        if swa is not None:
+            raise TokenmillError("--launch gives both --disable-hybrid-swa-memory and --swa-full-tokens-ratio")
+        swa = 1.0  # one pool: a sliding layer caches every token, as a full one does
+    if swa is not None:
+        flags["swa_full_tokens_ratio"] = swa
     if "--disable-radix-cache" in opts:
         if "--mamba-radix-cache-strategy" in opts:
             raise TokenmillError("--launch gives both --disable-radix-cache and --mamba-radix-cache-strategy")

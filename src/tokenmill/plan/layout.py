@@ -109,6 +109,9 @@ class Layout:
     avg_request_tokens: int | None = None  # the calculator's L
     max_running_requests: int | None = None  # --max-running-requests
     page_size: int = 64  # --page-size
+    # --swa-full-tokens-ratio: a sliding-window layer's cache tokens per full layer's (None: SGLang's
+    # 0.8, or 1 where it keeps no separate pool: Gemma 2/3); --disable-hybrid-swa-memory reads as 1
+    swa_full_tokens_ratio: float | None = None
     moe_a2a_backend: str = "none"  # --moe-a2a-backend (deepep/megamoe replicate shared experts)
     pool_budget_bytes: int | None = None  # skip the memory profile: bytes left for both pools
 
@@ -183,6 +186,9 @@ def validate_layout(layout: Layout, model: ModelSpec, gpus: int) -> None:
     if not 0.0 < layout.mem_fraction_static < 1.0:
         raise TokenmillError(f"--mem-fraction-static must be above 0 and below 1 (got {layout.mem_fraction_static})")
     check_pool_ratio(layout.pool_ratio)
+    swa = layout.swa_full_tokens_ratio
+    if swa is not None and not 0.0 < swa <= 1.0:
+        raise TokenmillError(f"--swa-full-tokens-ratio must be above 0 and at most 1 (got {swa})")
     if layout.avg_request_tokens is not None and layout.avg_request_tokens <= 0:
         raise TokenmillError(f"--avg-request-tokens must be a positive integer (got {layout.avg_request_tokens})")
     if layout.max_running_requests is not None and layout.max_running_requests <= 0:

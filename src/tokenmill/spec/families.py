@@ -211,6 +211,11 @@ def parse_gemma3(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
     bld.norms(b, all_layers, hidden, "pre_feedforward_layernorm", "post_feedforward_layernorm")
     _layer_norms(b, n_layers, hidden)
     notes = _with_vision(r, b, cfg, hidden, vision_encoders.siglip)
+    if sliding is not None:
+        notes.append(
+            "SGLang keeps one pool for Gemma's sliding layers (its hybrid sliding-window memory is not "
+            "supported for Gemma): each caches every token, whatever --swa-full-tokens-ratio says"
+        )
     layers = [Layer(i, kinds[i], FfnKind.DENSE) for i in all_layers]
     return Parsed("dense_gqa", hidden, vocab, layers, max_ctx, gqa=g, dense_intermediate=inter, notes=notes)
 
