@@ -535,6 +535,7 @@ LLAMA4_MAVERICK = FIXTURES / "llama_4_maverick_config.json"
 GEMMA3 = FIXTURES / "gemma_3_27b_config.json"
 QWEN2_5_VL = FIXTURES / "qwen2_5_vl_72b_config.json"
 QWEN3_VL = FIXTURES / "qwen3_vl_235b_a22b_config.json"
+PHI4 = FIXTURES / "phi_4_config.json"
 
 # GLM-4.5 (zai-org/GLM-4.5 config.json), by hand:
 #   embedding + lm_head  2 × 151552 × 5120 (untied)                                 =  1,551,892,480
@@ -788,6 +789,18 @@ def test_gemma3_bad_fields_name_themselves() -> None:
         config["text_config"] = config["text_config"] | change
         with pytest.raises(TokenmillError, match=rf"field '{field}'.*model_type gemma3_text"):
             model_from_config(config, "gemma3-bad")
+
+
+def test_phi_4_reads_as_dense_gqa_by_hand_and_published() -> None:
+    """Phi-4 (microsoft/phi-4, model_type phi3: fused qkv and gate_up projections, the same
+    weights): untied embeddings 2 × 100352 × 5120; per layer q and o 5120², k and v 1280 × 5120,
+    MLP 3 × 5120 × 17920, two norms; a final norm. 14.66B against the 14.7B Hugging Face lists."""
+    m = load_model(str(PHI4))
+    assert (m.model_type, m.family) == ("phi3", "dense_gqa")
+    assert m.gqa is not None and (m.gqa.num_heads, m.gqa.num_kv_heads, m.gqa.head_dim) == (40, 10, 128)
+    per_layer = 2 * 5120 * 5120 + 2 * 1280 * 5120 + 3 * 5120 * 17920 + 2 * 5120
+    assert m.total_params == 2 * 100352 * 5120 + 40 * per_layer + 5120
+    assert m.total_params == pytest.approx(14.7 * B, rel=0.005), "Phi-4: 14.7B (±0.5 %)"
 
 
 # --- Qwen's vision-language models (qwen2_5_vl, qwen3_vl_moe) ----------------------------------

@@ -1,6 +1,6 @@
 """One parser per model family: read a ``config.json`` into layers, geometry and tensors.
 
-Families: dense GQA (llama, qwen2/3, mistral; gemma3 with sliding windows), MoE GQA (qwen3_moe,
+Families: dense GQA (llama, qwen2/3, mistral, phi3; gemma3 with sliding windows), MoE GQA (qwen3_moe,
 gpt_oss, minimax_m2, mixtral, glm4_moe; llama4 with chunked local attention), MLA + MoE
 (deepseek_v2/v3, kimi_k2; deepseek_v32 with sparse attention's indexer), KDA + MLA + MoE
 (kimi_linear, kimi_k3), Mamba hybrids (nemotron_h) and Gated-DeltaNet hybrids (qwen3_next,
@@ -114,7 +114,7 @@ def _qwen_vl_vision(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any
 
 
 def parse_dense_gqa(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) -> Parsed:
-    """llama, qwen2, qwen3, mistral: every layer full GQA attention + a dense SwiGLU MLP; the
+    """llama, qwen2, qwen3, mistral, phi3: every layer full GQA attention + a dense SwiGLU MLP; the
     language model of Qwen2.5-VL (qwen2) and Qwen3-VL (qwen3), their vision encoders beside it."""
     hidden, vocab, n_layers, tie, max_ctx = _common(r)
     g = _gqa_geometry(r, hidden)
@@ -730,6 +730,7 @@ def parse_llama4(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
 PARSERS: dict[str, Parser] = {
     "llama": parse_dense_gqa,
     "mistral": parse_dense_gqa,
+    "phi3": parse_dense_gqa,  # Phi-3/Phi-4: fused qkv_proj and gate_up_proj, the same weights
     "qwen2": parse_dense_gqa,
     "qwen3": parse_dense_gqa,
     "qwen2_moe": parse_qwen_moe,
