@@ -70,8 +70,7 @@ def main() -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(
-        "Llama 4 Maverick (BF16) on 8 × H200, TP8, SGLang's fitted constants: predicted, "
-        f"{OSL:,} output tokens",
+        f"Llama 4 Maverick (BF16) on 8 × H200, TP8, SGLang's fitted constants: predicted, {OSL:,} output tokens",
         fontsize=10,
     )
     fig.tight_layout()
