@@ -207,3 +207,15 @@ def test_the_throughput_is_littles_law_on_the_printed_means(backend: str, isl: i
     assert p.requests_per_s == pytest.approx(lanes / latency_s, rel=1e-9)
     assert p.output_throughput_per_gpu == pytest.approx(lanes * osl / latency_s / PLAN.gpus, rel=1e-9)
     assert p.e2e_ms == pytest.approx(latency_s * 1e3, rel=1e-9)
+
+
+def test_a_windowed_models_cache_is_said_to_be_sglangs_under_other_engines() -> None:
+    """The plan sizes the cache as SGLang's pools do; under vLLM or TensorRT-LLM, which keep only
+    a sliding layer's window, a prediction of gpt-oss says so, and not under SGLang nor for a model
+    without sliding layers."""
+    oss = plan_memory(load_model("gpt-oss-120b"), load_gpu("h100"), 8, Layout(tp=8))
+    said = "keeps only the window or chunk of gpt-oss-120b's sliding-window layers"
+    for backend, expected in (("vllm", True), ("trtllm", True), ("sglang", False)):
+        notes = predict(oss, backend, 256, 16, 1, PARAMS).notes
+        assert any(said in n for n in notes) is expected, (backend, notes)
+    assert not any("SGLang's pools" in n for n in predict(PLAN, "vllm", 256, 16, 1, PARAMS).notes)

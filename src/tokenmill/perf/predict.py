@@ -45,6 +45,7 @@ from tokenmill.perf.replay import ReplayResult, check_concurrency, engine_policy
 from tokenmill.perf.replay_disaggregated import decode_capacity, replay_disaggregated
 from tokenmill.perf.roofline import STEP_KEYS, CostModel
 from tokenmill.plan.memory_plan import MemoryPlan, layout_dict
+from tokenmill.spec.model import MixerKind
 
 
 @dataclass
@@ -156,6 +157,24 @@ def _request_fits(plan: MemoryPlan, isl: int, osl: int, worker: str = "") -> lis
     return []
 
 
+def _windowed_cache_note(plan: MemoryPlan, backend: str) -> list[str]:
+    """Say where the engine's cache differs from the plan's: the plan sizes it as SGLang's pools do,
+    where vLLM's hybrid allocator and TensorRT-LLM's per-window pools keep only the last window (or
+    the current chunk) of a sliding-window (chunked) layer, so they hold more requests."""
+    if backend == "sglang":
+        return []
+    model = plan.model
+    kinds = [
+        k for k, kind in (("sliding-window", MixerKind.SWA), ("chunked", MixerKind.CHUNKED)) if model.layers_with(kind)
+    ]
+    if not kinds:
+        return []
+    return [
+        f"the cache is sized as SGLang's pools hold it; {backend} keeps only the window or chunk of "
+        f"{model.name}'s {' and '.join(kinds)} layers and holds more requests (not modelled)"
+    ]
+
+
 def predict(
     plan: MemoryPlan,
     backend: str,
@@ -176,7 +195,7 @@ def predict(
     check_concurrency(concurrency, "--concurrency")
     if not plan.fits:
         raise TokenmillError(str(plan.reason))
-    notes = [*(notes or []), *_request_fits(plan, isl, osl)]
+    notes = [*(notes or []), *_request_fits(plan, isl, osl), *_windowed_cache_note(plan, backend)]
     accept = accept_length_for(plan, accept_length)
     res = replay_aggregated(
         plan,
@@ -284,6 +303,7 @@ def predict_disaggregated(
     check_disaggregated(prefill_plan, decode_plan)
     _request_fits(prefill_plan, isl, 1, "prefill worker")
     notes = [*(notes or []), *_request_fits(decode_plan, isl, osl, "decode worker")]
+    notes += _windowed_cache_note(decode_plan, backend)
     accept = accept_length_for(decode_plan, accept_length)
     res = replay_disaggregated(
         prefill_plan,
