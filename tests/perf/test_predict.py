@@ -219,3 +219,21 @@ def test_a_windowed_models_cache_is_said_to_be_sglangs_under_other_engines() -> 
         notes = predict(oss, backend, 256, 16, 1, PARAMS).notes
         assert any(said in n for n in notes) is expected, (backend, notes)
     assert not any("SGLang's pools" in n for n in predict(PLAN, "vllm", 256, 16, 1, PARAMS).notes)
+
+
+def test_a_vision_encoder_costs_memory_not_time() -> None:
+    """Qwen3-VL-235B-A22B is Qwen3-235B-A22B with a 0.58 B vision encoder on every GPU: text-only
+    requests never run it, so one lane's first token and decode are the language model's, while the
+    encoder's bytes come out of the cache pool."""
+    from pathlib import Path
+
+    from tokenmill.perf.calibrated import load_table
+
+    vl_config = Path(__file__).parents[1] / "spec" / "fixtures" / "qwen3_vl_235b_a22b_config.json"
+    h200 = load_gpu("h200")
+    params, _ = load_table(None).resolve("h200", "sglang", None)
+    vl = plan_memory(load_model(str(vl_config)), h200, 8, Layout(tp=8))
+    text = plan_memory(load_model("qwen3-235b-a22b"), h200, 8, Layout(tp=8))
+    a, b = predict(vl, "sglang", 1024, 64, 1, params), predict(text, "sglang", 1024, 64, 1, params)
+    assert (a.ttft_ms, a.tpot_ms) == pytest.approx((b.ttft_ms, b.tpot_ms), rel=1e-12)
+    assert vl.pools.max_total_tokens < text.pools.max_total_tokens
