@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli_helpers import modules_after
+from tests.cli_helpers import cli, modules_after
 from tokenmill.cli import main
 from tokenmill.spec import PRESETS
 
@@ -487,3 +487,11 @@ def test_the_command_line_starts_without_loading_the_packages_its_commands_use()
         if not m.startswith("tokenmill.cli") and m not in ("tokenmill", "tokenmill.errors", "tokenmill.paths")
     ]
     assert extra == [], f"imported when the CLI starts: {extra}"
+
+
+def test_plan_says_what_the_config_reader_assumed(capsys: pytest.CaptureFixture[str]) -> None:
+    """The model's notes (here DeepSeek-V3's MTP layer, left out of the weights) print under the
+    plan's heading, as in its --json."""
+    code, out, _ = cli(capsys, "plan", "--model", "deepseek-v3", "--gpu", "h200", "--gpus", "8")
+    assert code == 0
+    assert "note: 1 MTP layer(s) not counted (loaded only with --speculative mtp)" in out

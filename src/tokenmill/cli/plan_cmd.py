@@ -57,6 +57,8 @@ def _print_plan(plan: Any, explain: bool) -> None:
     )
     if m.requantized:
         con.print(f"note: {m.requantized}")
+    for note in m.notes:  # what the config reader assumed or left out (MTP layers, a vision encoder, pools)
+        con.print(f"note: {note}")
     t = Table(title="weights per GPU (largest pipeline stage)", show_edge=False)
     t.add_column("tensor kind")
     t.add_column("GiB", justify="right")
