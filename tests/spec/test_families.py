@@ -536,6 +536,7 @@ GEMMA3 = FIXTURES / "gemma_3_27b_config.json"
 QWEN2_5_VL = FIXTURES / "qwen2_5_vl_72b_config.json"
 QWEN3_VL = FIXTURES / "qwen3_vl_235b_a22b_config.json"
 PHI4 = FIXTURES / "phi_4_config.json"
+GEMMA2 = FIXTURES / "gemma_2_27b_config.json"
 
 # GLM-4.5 (zai-org/GLM-4.5 config.json), by hand:
 #   embedding + lm_head  2 × 151552 × 5120 (untied)                                 =  1,551,892,480
@@ -776,6 +777,19 @@ def test_gemma3_sliding_layers_cache_every_token_under_sglang() -> None:
     # gpt-oss-120b on TP8: 1 KV head of 64 per GPU, 18 full layers and 18 sliding at 0.8
     oss = plan_memory(load_model("gpt-oss-120b"), load_gpu("h100"), 8, Layout(tp=8))
     assert oss.sizes.kv_bytes_per_token == round(2 * 1 * 64 * 2 * (18 + 0.8 * 18))
+
+
+def test_gemma2_slides_every_other_layer_by_hand_and_published() -> None:
+    """Gemma 2 27B (google/gemma-2-27b): a 4,096-token window in the even layers, no q/k norms,
+    tied embeddings 256000 × 4608; per layer q 4608 × 4096, k and v 4608 × 2048, o 4096 × 4608,
+    MLP 3 × 4608 × 36864, four norms; a final norm. 27.23B against the 27.2B Hugging Face lists."""
+    m = load_model(str(GEMMA2))
+    assert (m.model_type, m.family) == ("gemma2", "dense_gqa")
+    assert _mixers(m, MixerKind.SWA) == list(range(0, 46, 2)) and _mixers(m, MixerKind.GQA) == list(range(1, 46, 2))
+    assert m.gqa is not None and m.gqa.sliding_window == 4096
+    per_layer = 4608 * 4096 + 2 * 4608 * 2048 + 4096 * 4608 + 3 * 4608 * 36864 + 4 * 4608
+    assert m.total_params == 256000 * 4608 + 46 * per_layer + 4608
+    assert m.total_params == pytest.approx(27.2 * B, rel=0.005), "Gemma 2 27B: 27.2B (±0.5 %)"
 
 
 def test_gemma3_bad_fields_name_themselves() -> None:

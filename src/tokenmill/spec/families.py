@@ -1,6 +1,6 @@
 """One parser per model family: read a ``config.json`` into layers, geometry and tensors.
 
-Families: dense GQA (llama, qwen2/3, mistral, phi3; gemma3 with sliding windows), MoE GQA (qwen3_moe,
+Families: dense GQA (llama, qwen2/3, mistral, phi3; gemma2/3 with sliding windows), MoE GQA (qwen3_moe,
 gpt_oss, minimax_m2, mixtral, glm4_moe; llama4 with chunked local attention), MLA + MoE
 (deepseek_v2/v3, kimi_k2; deepseek_v32 with sparse attention's indexer), KDA + MLA + MoE
 (kimi_linear, kimi_k3), Mamba hybrids (nemotron_h) and Gated-DeltaNet hybrids (qwen3_next,
@@ -192,11 +192,13 @@ def parse_gemma3(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
     """gemma3's ``text_config`` (Gemma 3 4B/12B/27B) and gemma3_text (1B): dense GQA with per-head
     q/k norms, sliding-window attention (``sliding_window``, 1,024) in five layers of six
     (``layer_types``, else every ``sliding_window_pattern``-th layer is full), a gated MLP, four
-    norms per layer and tied embeddings (Gemma's default)."""
+    norms per layer and tied embeddings (Gemma's default). gemma2 (Gemma 2): the same without the
+    q/k norms, its window (4,096) in every other layer."""
     hidden, vocab, n_layers, _tie, max_ctx = _common(r)
     tie = r.get_bool("tie_word_embeddings", True)
     window = r.pos_int("sliding_window")
-    pattern = r.pos_int("sliding_window_pattern", 6)
+    gemma2 = r.model_type == "gemma2"
+    pattern = r.pos_int("sliding_window_pattern", 2 if gemma2 else 6)
     default = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)]
     kinds = _sliding_layer_types(r, default)
     sliding = window if window < max_ctx else None
@@ -206,7 +208,8 @@ def parse_gemma3(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
     inter = r.pos_int("intermediate_size")
     all_layers = tuple(range(n_layers))
     bld.embeddings(b, vocab, hidden, tie)
-    bld.gqa(b, all_layers, hidden, g, qkv_bias=r.get_bool("attention_bias", False), qk_norm="head")
+    qk_norm = None if gemma2 else "head"
+    bld.gqa(b, all_layers, hidden, g, qkv_bias=r.get_bool("attention_bias", False), qk_norm=qk_norm)
     bld.dense_mlp(b, all_layers, hidden, inter)
     bld.norms(b, all_layers, hidden, "pre_feedforward_layernorm", "post_feedforward_layernorm")
     _layer_norms(b, n_layers, hidden)
@@ -741,6 +744,7 @@ PARSERS: dict[str, Parser] = {
     "mixtral": parse_mixtral,
     "llama4_text": parse_llama4,
     "gemma3_text": parse_gemma3,
+    "gemma2": parse_gemma3,
     "glm4_moe": parse_glm4_moe,
     "deepseek_v2": parse_deepseek,
     "deepseek_v3": parse_deepseek,
