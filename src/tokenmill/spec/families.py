@@ -76,6 +76,22 @@ def _ffn_layers(n_layers: int, moe_flags: list[bool]) -> tuple[tuple[int, ...], 
     return dense, sparse
 
 
+def _routed_experts(
+    r: ConfigReader, experts_key: str, intermediate: int, hidden: int, shared: int = 0, shared_width: int = 0
+) -> MoEGeometry:
+    """The MoE geometry most families spell alike: ``experts_key`` routed experts of
+    ``intermediate`` width on the hidden state, ``num_experts_per_tok`` of them a token, and
+    ``shared`` shared experts of ``shared_width`` in all."""
+    return MoEGeometry(
+        num_experts=r.pos_int(experts_key),
+        experts_per_token=r.pos_int("num_experts_per_tok"),
+        intermediate_size=intermediate,
+        expert_input_dim=hidden,
+        num_shared_experts=shared,
+        shared_intermediate_size=shared_width,
+    )
+
+
 def _layer_norms(b: bld.InventoryBuilder, n_layers: int, hidden: int) -> None:
     bld.norms(b, tuple(range(n_layers)), hidden, "input_layernorm", "post_attention_layernorm")
     bld.final_norm(b, hidden)
@@ -146,13 +162,8 @@ def parse_qwen_moe(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]
     flags = [(i not in mlp_only) and (i + 1) % step == 0 for i in range(n_layers)]
     dense, sparse = _ffn_layers(n_layers, flags)
     shared_inter = r.get_int("shared_expert_intermediate_size", 0)
-    m = MoEGeometry(
-        num_experts=r.pos_int("num_experts"),
-        experts_per_token=r.pos_int("num_experts_per_tok"),
-        intermediate_size=r.pos_int("moe_intermediate_size"),
-        expert_input_dim=hidden,
-        num_shared_experts=1 if shared_inter else 0,
-        shared_intermediate_size=shared_inter,
+    m = _routed_experts(
+        r, "num_experts", r.pos_int("moe_intermediate_size"), hidden, int(bool(shared_inter)), shared_inter
     )
     inter = r.get_int("intermediate_size", 0)
     bld.embeddings(b, vocab, hidden, tie)
@@ -289,12 +300,7 @@ def parse_mixtral(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any])
     window = r.opt_int("sliding_window")
     sliding = window if window is not None and 0 < window < max_ctx else None
     g = _gqa_geometry(r, hidden, sliding=sliding)
-    m = MoEGeometry(
-        num_experts=r.pos_int("num_local_experts"),
-        experts_per_token=r.pos_int("num_experts_per_tok"),
-        intermediate_size=r.pos_int("intermediate_size"),
-        expert_input_dim=hidden,
-    )
+    m = _routed_experts(r, "num_local_experts", r.pos_int("intermediate_size"), hidden)
     all_layers = tuple(range(n_layers))
     bld.embeddings(b, vocab, hidden, tie)
     bld.gqa(b, all_layers, hidden, g)
@@ -316,14 +322,7 @@ def _deepseek_ffn(
     dense, sparse = _ffn_layers(n_layers, flags)
     n_shared = r.get_int("n_shared_experts", 0)
     moe_inter = r.pos_int("moe_intermediate_size")
-    m = MoEGeometry(
-        num_experts=r.pos_int("n_routed_experts"),
-        experts_per_token=r.pos_int("num_experts_per_tok"),
-        intermediate_size=moe_inter,
-        expert_input_dim=hidden,
-        num_shared_experts=n_shared,
-        shared_intermediate_size=n_shared * moe_inter,
-    )
+    m = _routed_experts(r, "n_routed_experts", moe_inter, hidden, n_shared, n_shared * moe_inter)
     inter = r.pos_int("intermediate_size")
     bld.dense_mlp(b, dense, hidden, inter)
     bld.moe(b, sparse, hidden, m)
@@ -634,14 +633,7 @@ def parse_qwen3_next(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, An
     flags = [(i not in mlp_only) and (i + 1) % step == 0 for i in range(n_layers)]
     dense, sparse = _ffn_layers(n_layers, flags)
     shared = r.get_int("shared_expert_intermediate_size", 0)
-    m = MoEGeometry(
-        num_experts=r.pos_int("num_experts"),
-        experts_per_token=r.pos_int("num_experts_per_tok"),
-        intermediate_size=r.pos_int("moe_intermediate_size"),
-        expert_input_dim=hidden,
-        num_shared_experts=1 if shared else 0,
-        shared_intermediate_size=shared,
-    )
+    m = _routed_experts(r, "num_experts", r.pos_int("moe_intermediate_size"), hidden, int(bool(shared)), shared)
     gdn_layers = tuple(i for i, k in enumerate(kinds) if k is MixerKind.GDN)
     attn_layers = tuple(i for i, k in enumerate(kinds) if k is MixerKind.GQA)
     bld.embeddings(b, vocab, hidden, tie)
@@ -695,14 +687,7 @@ def parse_llama4(r: ConfigReader, b: bld.InventoryBuilder, cfg: dict[str, Any]) 
     if local:
         g = GQAGeometry(g.num_heads, g.num_kv_heads, g.head_dim, attention_chunk=chunk)
     inter = r.pos_int("intermediate_size")
-    m = MoEGeometry(
-        num_experts=r.pos_int("num_local_experts"),
-        experts_per_token=r.pos_int("num_experts_per_tok"),
-        intermediate_size=inter,
-        expert_input_dim=hidden,
-        num_shared_experts=1,
-        shared_intermediate_size=inter,
-    )
+    m = _routed_experts(r, "num_local_experts", inter, hidden, 1, inter)
     dense, sparse = _ffn_layers(n_layers, moe_flags)
     dense_inter = r.pos_int("intermediate_size_mlp") if dense else None
     all_layers = tuple(range(n_layers))
