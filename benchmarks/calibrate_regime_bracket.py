@@ -19,19 +19,21 @@ benchmark's dynamics. The third asks of those rows (under 10 % queued) whether t
 fixed latency, or one factor, per model (and GPU): each group's best offset (the median of
 measured − predicted) or factor (the median of measured ÷ predicted) applied, what median error is
 left. The fourth gives the best the share itself can do: one share per engine, per engine and
-model, per engine, model and GPU, per engine release too, per benchmark campaign (those and the
-prompt and answer lengths) or per row, each chosen (on a grid of 0.05) to minimise its group's
-median TTFT error on the group's own rows, an in-sample bound on what any rule for the share could
-reach, with the fraction of rows each puts within 20 %. The fifth does the same per engine and per
-band of ``k``, the steps of prefill a wave's prompts fill (``replay.wave_prompt_steps``: lanes per
-rank × ISL ÷ the engine's prefill budget), beside the lock-step weight the shipped constants give
-at the band's median ``k`` (``replay.lock_step_weight``): how the weight the rows ask for grows
-with a wave's prompts (docs/perf.md §3, "The lanes' jitter"). The sixth asks whether the weight's
-shape in ``k`` is what holds the fit back: per engine, the best share and spread on a grid for the
-shipped ``k / (k + J)``, a steeper ``k^n / (k^n + J^n)`` (n = 1.5 to 4) and a hinge
-``max(0, 1 − J / k)`` (arrivals spread evenly over J steps queue only for what a wave's prompts
-fill beyond them), each as a share × that fraction, and the median TTFT error each leaves: the in-sample bound
-of each shape, against the shipped constants' error on the same rows."""
+answer length, per engine and both lengths (the columns every row records), per engine and model,
+per engine, model and answer length, per engine, model and GPU, per engine release too, per
+benchmark campaign (those and the prompt and answer lengths) or per row, each chosen (on a grid of
+0.05) to minimise its group's median TTFT error on the group's own rows, an in-sample bound on what
+any rule for the share could reach, with the fraction of rows each puts within 20 %. The fifth does
+the same per engine and per band of ``k``, the steps of prefill a wave's prompts fill
+(``replay.wave_prompt_steps``: lanes per rank × ISL ÷ the engine's prefill budget), beside the
+lock-step weight the shipped constants give at the band's median ``k``
+(``replay.lock_step_weight``): how the weight the rows ask for grows with a wave's prompts
+(docs/perf.md §3, "The lanes' jitter"). The sixth asks whether the weight's shape in ``k`` is what
+holds the fit back: per engine, the best share and spread on a grid for the shipped
+``k / (k + J)``, a steeper ``k^n / (k^n + J^n)`` (n = 1.5 to 4) and a hinge ``max(0, 1 − J / k)`` (arrivals
+spread evenly over J steps queue only for what a wave's prompts fill beyond them), each as a share
+× that fraction, and the median TTFT error each leaves: the in-sample bound of each shape, against
+the shipped constants' error on the same rows."""
 
 from __future__ import annotations
 
@@ -106,11 +108,15 @@ SHARE_GRID = tuple(i / 20 for i in range(21))
 #: A row for the fourth table: engine, model, GPU, measured, lock step, drifted, and what else
 #: names its campaign (engine release, ISL, OSL) and the row (id).
 Regime = tuple[str, str, str, float, float, float, str, int, int, str]
-#: Its groupings of the rows, coarse to fine: the last two are a benchmark campaign (one release's
+#: Its groupings of the rows: the engine, with the lengths every row records (can they tell the
+#: regimes apart?), then by model and finer; the last two are a benchmark campaign (one release's
 #: sweep of one model on one GPU at one prompt and answer length) and each row alone.
 SHARE_GROUPS: tuple[tuple[str, Any], ...] = (
     ("engine", lambda p: p[0]),
+    ("engine and OSL", lambda p: (p[0], p[8])),
+    ("engine, ISL and OSL", lambda p: (p[0], p[7], p[8])),
     ("engine and model", lambda p: (p[0], p[1])),
+    ("engine, model and OSL", lambda p: (p[0], p[1], p[8])),
     ("engine, model and GPU", lambda p: (p[0], p[1], p[2])),
     ("engine, model, GPU and release", lambda p: (p[0], p[1], p[2], p[6])),
     ("campaign: those, ISL and OSL", lambda p: (p[0], p[1], p[2], p[6], p[7], p[8])),
