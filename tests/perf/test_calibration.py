@@ -205,7 +205,36 @@ def test_kernel_efficiencies_are_shared_by_generation_and_fp4_by_architecture() 
     assert _tie_groups(gpus, "matmul_efficiency") == [[0, 1, 2], [3, 4], [5]]
     assert _tie_groups(gpus, "attention_efficiency") == [[0, 1, 2], [3, 4], [5]]
     assert _tie_groups(gpus, "fp4_matmul_ratio") == [[0, 2], [1], [3, 4], [5]]
-    assert _tie_groups(gpus, "collective_latency_s") == [[0], [1], [2], [3], [4], [5]]
+    assert _tie_groups(gpus, "weight_bandwidth_efficiency") == [[0], [1], [2], [3], [4], [5]]
+
+
+def test_a_collective_latency_is_shared_by_the_gpus_of_one_fabric() -> None:
+    # HGX H100 and HGX H200 are 8 GPUs on NVLink 4 through one NVSwitch design, HGX B200 and
+    # HGX B300 8 GPUs on NVLink 5; GB200's 72-GPU rack is a fabric of its own (the same links, a
+    # switch tray between every pair), and an unknown GPU stands alone
+    gpus = ["b200", "b300", "gb200", "h100", "h200", "mystery"]
+    groups = sorted(_tie_groups(gpus, "collective_latency_s"))
+    assert groups == [[0, 1], [2], [3, 4], [5]]
+
+
+def test_a_fit_gives_hopper_boards_one_collective_latency(monkeypatch: pytest.MonkeyPatch) -> None:
+    # H200 rows decoding slower than H100's, on the same links: the two GPUs keep one collective
+    # latency (their memories absorb the difference); fitted per GPU, the latencies part
+    rows = [
+        row(id="h100", tp_size="8", moe_tp_size="8", silicon_ttft_ms="60", silicon_tpot_ms="7"),
+        row(id="h200", system="h200_sxm", tp_size="8", moe_tp_size="8", silicon_ttft_ms="55", silicon_tpot_ms="9"),
+    ]
+    data = collect(predict_rows(rows, MODELS, ParamTable(), record=True))
+
+    def latencies() -> tuple[float, float]:
+        table, _ = fit_constants(data, ParamTable(), sweeps=2)
+        return table.gpus["h100"]["collective_latency_s"], table.gpus["h200"]["collective_latency_s"]
+
+    h100, h200 = latencies()
+    assert h100 == h200
+    monkeypatch.setattr(calibrate, "FABRIC_TIED", ())
+    h100, h200 = latencies()
+    assert h200 > h100, (h100, h200)
 
 
 def test_gemm_constants_are_pulled_harder_towards_their_benchmark_values(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,6 +37,7 @@ from tokenmill.perf.params import (
     ARCH_TIED,
     BOUNDS,
     ENGINE_FIELDS,
+    FABRIC_TIED,
     FAMILY_TIED,
     GLOBAL_FIELDS,
     GPU_FIELDS,
@@ -457,10 +458,20 @@ def _family(gpu: str) -> str:
     return _arch(gpu).split("-", 1)[0]
 
 
+def _fabric(gpu: str) -> str:
+    """The GPU's scale-up fabric: the GPUs of its NVLink domain and a link's bandwidth
+    (``8x450GB/s`` for HGX H100 and H200); an unknown GPU is its own."""
+    try:
+        g = load_gpu(gpu)
+    except TokenmillError:
+        return gpu
+    return f"{g.scale_up_domain_gpus}x{g.scale_up_bandwidth_bytes_per_s / 1e9:g}GB/s"
+
+
 def _tie_groups(gpus: Sequence[str], key: str) -> list[list[int]]:
     """The GPUs (indices) that share one value of a per-GPU constant: by family, by architecture,
-    or each GPU alone (``FAMILY_TIED``, ``ARCH_TIED``)."""
-    by = _family if key in FAMILY_TIED else _arch if key in ARCH_TIED else (lambda g: g)
+    by scale-up fabric, or each GPU alone (``FAMILY_TIED``, ``ARCH_TIED``, ``FABRIC_TIED``)."""
+    by = _family if key in FAMILY_TIED else _arch if key in ARCH_TIED else _fabric if key in FABRIC_TIED else str
     label = [by(g) for g in gpus]
     return [[i for i, x in enumerate(label) if x == lab] for lab in sorted(set(label))]
 
@@ -592,8 +603,9 @@ def fit_constants(
     ceiling: float | None = None,
 ) -> tuple[ParamTable, FitReport]:
     """Coordinate descent on the recorded demands (see the module docstring). Compute
-    efficiencies are shared by the GPUs of one generation (``FAMILY_TIED``) and the 4-bit ratio by
-    those of one architecture (``ARCH_TIED``), each scored on its group's rows; every constant is
+    efficiencies are shared by the GPUs of one generation (``FAMILY_TIED``), the 4-bit ratio by
+    those of one architecture (``ARCH_TIED``) and the collective latency by those of one scale-up
+    fabric (``FABRIC_TIED``), each scored on its group's rows; every constant is
     pulled towards its prior (``BENCHMARK_PRIORS`` for the GEMM constants) by ``PRIOR_WEIGHT``
     (``PRIOR_WEIGHTS``) × rows (weighed) × (log(value / prior))², so a constant the data barely constrain stays
     near its documented prior. With ``anchor`` > 0 the pull is ``anchor`` × rows × (log(value /

@@ -150,9 +150,18 @@ FAMILY_TIED = ("matmul_efficiency", "moe_matmul_efficiency", "attention_efficien
 #: Shared by the GPUs of one architecture (same die): the 4-bit GEMM ratio, since Blackwell Ultra's
 #: FP4 peak is 1.5 × Blackwell's and how much of it the kernels reach is its own.
 ARCH_TIED = ("fp4_matmul_ratio",)
-#: Of ``GPU_FIELDS``, those fitted for each GPU alone: how much of its own memory system and
-#: interconnect the engines reach (H100's HBM3 and H200's HBM3e, B200's NVLink 8-GPU board and
-#: GB200's 72-GPU rack differ though their dies do not).
+#: Shared by the GPUs of one scale-up fabric (``calibrate._fabric``: the GPUs of an NVLink domain
+#: and a link's bandwidth): what one collective costs is the switch's and the links', not the die's
+#: or its memory's. HGX H100 and HGX H200 (8 GPUs through NVSwitch, NVLink 4, 450 GB/s a way), HGX
+#: B200 and HGX B300 (8 GPUs, NVLink 5, 900 GB/s); GB200's 72-GPU rack is a fabric of its own.
+#: Fitted per GPU, H200's came to 20.7 µs against H100's 16.4 and B300's to 18.7 against B200's
+#: 16.6, and H200 decoded an MoE model slower than H100 at one request (docs/perf.md §3, "One
+#: fabric, one collective latency").
+FABRIC_TIED = ("collective_latency_s",)
+#: Of ``GPU_FIELDS``, those fitted for a GPU's own memory system and interconnect rather than its
+#: die: for each GPU alone (H100's HBM3 and H200's HBM3e differ though their dies do not), or for
+#: the GPUs of one fabric (``FABRIC_TIED``). Each is pulled towards the other GPUs' values
+#: (``calibrate.POOL_WEIGHT``), and a GPU the table does not name takes the fitted GPUs' median.
 PER_GPU_FIELDS: tuple[str, ...] = tuple(f for f in GPU_FIELDS if f not in FAMILY_TIED + ARCH_TIED)
 ENGINE_FIELDS: tuple[str, ...] = (
     "overhead_scale",
