@@ -370,15 +370,15 @@ PRIOR_WEIGHT = 0.02
 #: held-out TTFT error went from 23 % to 41 %; with the front end pinned at its in-sample value the
 #: same refit gave 31 % (docs/perf.md §3, "The front end's prior").
 BENCHMARK_PRIORS: dict[str, float] = {"matmul_efficiency": 0.75, "fp8_matmul_ratio": 0.9}
-#: Weight of the pull of a constant fitted for each GPU alone (``PER_GPU_FIELDS``: HBM streaming,
-#: NVLink collective latency) towards the geometric mean of the other fitted GPUs' values, in the
-#: loss's units per (log ratio)², whatever the GPU's own rows (as ~100 rows' worth of the prior
-#: pull would be): partial pooling. A GPU's memory system and links differ from its siblings', and
-#: the rows say by how much where many campaigns agree; where one or two campaigns are all a GPU
-#: has, they cannot move it to a bound on their own. Without DeepSeek's rows GB200 kept 15, 13 of
-#: them one Qwen3-32B campaign under TRT-LLM, and its weight streaming fell to the 0.3 bound and its
-#: collective latency rose to 97 µs; DeepSeek's 87 GB200 rows, held out, then came out twice as slow
-#: as measured (docs/perf.md §3, "The GPUs' pooled constants").
+#: Weight of the pull of a constant fitted for a GPU's memory and links (``PER_GPU_FIELDS``: HBM
+#: streaming per GPU, NVLink collective latency per fabric) towards the geometric mean of the other
+#: fitted GPUs' values, in the loss's units per (log ratio)², whatever the GPU's own rows (as ~100
+#: rows' worth of the prior pull would be): partial pooling. A GPU's memory system and links differ
+#: from its siblings', and the rows say by how much where many campaigns agree; where one or two
+#: campaigns are all a GPU has, they cannot move it to a bound on their own. Without DeepSeek's
+#: rows GB200 kept 15, 13 of them one Qwen3-32B campaign under TRT-LLM, and its weight streaming
+#: fell to the 0.3 bound and its collective latency rose to 97 µs; DeepSeek's 87 GB200 rows, held
+#: out, then came out twice as slow as measured (docs/perf.md §3, "The GPUs' pooled constants").
 POOL_WEIGHT = 2.0
 PRIOR_WEIGHTS: dict[str, float] = dict.fromkeys(
     ("matmul_efficiency", "fp8_matmul_ratio", "request_latency_s"), 10 * PRIOR_WEIGHT

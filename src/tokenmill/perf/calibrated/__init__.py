@@ -8,7 +8,7 @@ it; the command that produced it is stored in the file.
 
 Fallbacks, always reported in the notes: a GPU without fitted values takes the kernel
 efficiencies of the fitted GPU of the same architecture (GB300 → B300) and, for the constants
-fitted per GPU alone (``PER_GPU_FIELDS``: its memory and links), the median of the fitted GPUs'
+fitted for its memory and links (``PER_GPU_FIELDS``: per GPU, or per scale-up fabric), the median of the fitted GPUs'
 values; a GPU of an architecture no fitted GPU shares (MI355X) takes those medians for every
 per-GPU constant; a table without GPUs, the priors of ``PerfParams``; an engine without
 fitted constants takes the priors; a version without fitted constants takes its engine's.
