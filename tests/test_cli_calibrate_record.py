@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -546,7 +547,8 @@ def test_a_refit_says_which_moved_constants_it_left_on_a_bound(
     fit = ["calibrate", "fit", "--launch", VLLM, "--gpu", "h100", *runs, "--rounds", "1", "--sweeps", "2"]
     code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "a.json"))
     assert code == 0, err
-    assert "global.cache_bandwidth_efficiency 0.6871 → 0.95 (× 1.38), at its upper bound\n" in out, out
+    # from the shipped value (whatever the last refit made it) to the 0.95 ceiling, and said so
+    assert re.search(r"global\.cache_bandwidth_efficiency 0\.\d+ → 0\.95 \(× 1\.\d+\), at its upper bound\n", out), out
     code, out, err = cli(capsys, *fit, "--out", str(tmp_path / "b.json"), "--json")
     assert code == 0, err
     written = json.loads(out)
