@@ -172,3 +172,36 @@ def test_a_pool_of_a_billion_pages_is_a_counter_not_a_list() -> None:
     assert pool.alloc(3) == [0, 1, 2]
     pool.free([1])
     assert pool.alloc(2) == [1, 3] and pool.num_used == 4 and pool.num_free == 10**9 - 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 12)), max_size=40))
+def test_an_untracked_allocator_hands_out_the_ids_a_tracked_one_does(ops: list[tuple[bool, int]]) -> None:
+    # the replay's pools keep no record of who holds which id (``track=False``): the same calls
+    # must give the same ids in the same order, and the same counts, as the checked pools
+    tracked, untracked = KVPageAllocator(30, 16), KVPageAllocator(30, 16, track=False)
+    held: list[list[int]] = []
+    for is_alloc, n in ops:
+        if is_alloc or not held:
+            got = tracked.alloc(n)
+            assert untracked.alloc(n) == got
+            if got:
+                held.append(got)
+        else:
+            ids = held.pop(n % len(held))
+            tracked.free(ids)
+            untracked.free(ids)
+        assert (untracked.num_free, untracked.num_used) == (tracked.num_free, tracked.num_used)
+
+
+def test_an_untracked_allocator_checks_only_how_many_come_back() -> None:
+    a = KVPageAllocator(8, 16, track=False)
+    assert not a.tracked and KVPageAllocator(8, 16).tracked
+    a.alloc(3)
+    with pytest.raises(ValueError, match="4 pages freed but only 3 are handed out"):
+        a.free([0, 1, 2, 3])
+    assert a.num_used == 3  # nothing freed
+    with pytest.raises(ValueError, match="does not track which ids are handed out"):
+        a.is_allocated(0)
+    with pytest.raises(ValueError, match="does not track which ids are handed out"):
+        a.all_allocated([0])

@@ -1,6 +1,13 @@
 """The id pool both allocators are: integer ids ``0 .. capacity − 1`` handed out from a stack, all or
 nothing, with ownership checked on every free (``core.pages``' KV pages, ``core.slots``' state slots).
 The order of the ids handed out and the cost of each call are ``core.pages``' module doc.
+
+A pool made with ``track=False`` hands out the same ids in the same order but keeps no record of
+which are out: a free is taken on trust (only its count is checked), and asking whether an id is
+allocated is an error. The closed-loop replay of ``tokenmill predict`` uses one (its scheduler is
+the only caller, and no prefix cache shares its pages): at 4,096 lanes of 8,192/1,024 tokens with
+16-token pages it frees ~8,000 requests of ~580 pages each, and keeping the set of handed-out ids
+was 0.14–0.2 s of a 1.1 s replay (docs/perf.md §7).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ class IdPool:
 
     __slots__ = ("_capacity", "_free", "_fresh", "_noun", "_used")
 
-    def __init__(self, capacity: int, noun: str) -> None:
+    def __init__(self, capacity: int, noun: str, track: bool = True) -> None:
         self._capacity = capacity
         self._noun = noun
         # The free list is a stack of the freed ids (its end handed out first) above the ids never
@@ -33,12 +40,18 @@ class IdPool:
         # list: a tiny model on a big GPU with one-token pages has ~10⁹ of them.
         self._free: list[int] = []
         self._fresh = 0
-        self._used: set[int] = set()
+        # the ids handed out; None: not tracked (see the module doc)
+        self._used: set[int] | None = set() if track else None
 
     @property
     def capacity(self) -> int:
         """Total number of ids (free + used)."""
         return self._capacity
+
+    @property
+    def tracked(self) -> bool:
+        """Whether the pool records which ids are handed out (and checks every free against it)."""
+        return self._used is not None
 
     @property
     def num_free(self) -> int:
@@ -52,7 +65,7 @@ class IdPool:
 
     def is_allocated(self, ident: int) -> bool:
         """True if ``ident`` is a valid id that is currently handed out."""
-        return ident in self._used
+        return ident in self._owned()
 
     def alloc(self, n: int) -> list[int] | None:
         """Hand out ``n`` ids, all or nothing: ``None`` (and no change) if fewer than ``n`` are free."""
@@ -73,13 +86,15 @@ class IdPool:
             free.clear()
             out.extend(range(self._fresh, self._fresh + fresh))
             self._fresh += fresh
-        self._used.update(out)
+        if self._used is not None:
+            self._used.update(out)
         return out
 
     def all_allocated(self, idents: Sequence[int]) -> bool:
         """True if every id in ``idents`` is a valid id that is currently handed out."""
+        used = self._owned()
         try:
-            return self._used.issuperset(idents)
+            return used.issuperset(idents)
         except TypeError:  # an unhashable id
             return False
 
@@ -87,28 +102,41 @@ class IdPool:
         """Return ids to the free list.
 
         Atomic: if any id is unknown, not handed out (double free) or repeated within the call,
-        raises ``ValueError`` and frees nothing.
+        raises ``ValueError`` and frees nothing. An untracked pool checks only that no more ids
+        come back than are out.
         """
         ids = list(idents)
         if not ids:
+            return
+        if self._used is None:
+            if len(ids) > self.num_used:
+                raise ValueError(f"{len(ids)} {self._noun}s freed but only {self.num_used} are handed out")
+            self._free.extend(ids)
             return
         try:
             batch = set(ids)
         except TypeError:  # an unhashable id: not one this pool handed out
             self._raise_bad_free(ids)
-        if len(batch) != len(ids) or not batch <= self._used:
+        used = self._used
+        if len(batch) != len(ids) or not batch <= used:
             self._raise_bad_free(ids)
-        self._used -= batch
+        used -= batch
         # Stack push: the last id of this batch is the next one handed out.
         self._free.extend(ids)
 
+    def _owned(self) -> set[int]:
+        if self._used is None:
+            raise ValueError(f"this {self._noun} pool does not track which ids are handed out (made with track=False)")
+        return self._used
+
     def _raise_bad_free(self, ids: list[int]) -> NoReturn:
+        used = self._owned()
         cap = self._capacity
         seen: set[int] = set()
         for ident in ids:
             if isinstance(ident, bool) or not isinstance(ident, int) or not 0 <= ident < cap:
                 raise ValueError(f"unknown {self._noun} id {ident!r} (valid: 0..{cap - 1})")
-            if ident not in self._used:
+            if ident not in used:
                 raise ValueError(f"double free of {self._noun} {ident}: it is not allocated")
             if ident in seen:
                 raise ValueError(f"double free of {self._noun} {ident}: repeated in one free() call")

@@ -31,8 +31,8 @@ class KVPageAllocator(IdPool):
 
     __slots__ = ("_page_tokens",)
 
-    def __init__(self, num_pages: int, page_tokens: int) -> None:
-        super().__init__(positive_int("num_pages", num_pages), "page")
+    def __init__(self, num_pages: int, page_tokens: int, track: bool = True) -> None:
+        super().__init__(positive_int("num_pages", num_pages), "page", track)
         self._page_tokens = positive_int("page_tokens", page_tokens)
 
     @property

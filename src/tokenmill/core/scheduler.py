@@ -94,6 +94,9 @@ class SchedulerConfig:
     reserve_clip: int = CLIP_MAX_NEW_TOKENS  # the most output tokens one request's reservation counts
     uniform_decode: bool = False  # decoding requests as one DecodeCohort (see the module docstring)
     record_tokens: bool = True  # False: no output ids or token times (a replay reads lengths and first/finish times)
+    # False: the allocators do not record which ids are out (``core.id_pool``), and a prefix cache
+    # given a request's content fails on its first insert (it checks the pages it is handed)
+    track_ownership: bool = True
 
     def __post_init__(self) -> None:
         positive = (
@@ -144,8 +147,8 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
-        self.pages = KVPageAllocator(config.num_pages, config.page_tokens)
-        self.slots = StateSlotAllocator(config.num_state_slots) if config.hybrid else None
+        self.pages = KVPageAllocator(config.num_pages, config.page_tokens, config.track_ownership)
+        self.slots = StateSlotAllocator(config.num_state_slots, config.track_ownership) if config.hybrid else None
         self.cache: HybridPrefixCache | None = None
         if config.prefix_cache:
             self.cache = HybridPrefixCache(self.pages, self.slots, require_state=config.hybrid)

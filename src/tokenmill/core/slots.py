@@ -19,8 +19,8 @@ class StateSlotAllocator(IdPool):
 
     __slots__ = ()
 
-    def __init__(self, num_slots: int) -> None:
-        super().__init__(positive_int("num_slots", num_slots), "slot")
+    def __init__(self, num_slots: int, track: bool = True) -> None:
+        super().__init__(positive_int("num_slots", num_slots), "slot", track)
 
     @property
     def num_slots(self) -> int:
