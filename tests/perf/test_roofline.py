@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import BatchShape, CostModel, DecodeWork, PerfParams, PrefillWork
+from tokenmill.perf.batch import DecodeSum
+from tokenmill.perf.roofline import Features, seconds_by_decode_attention
+from tokenmill.perf.stride_executor import step_seconds
 from tokenmill.plan import KVDtype, Layout
 from tokenmill.spec import load_model
 
@@ -80,3 +85,52 @@ def test_other_families_are_costed() -> None:
         model = CostModel(load_model(name), load_gpu(gpu), layout)
         cost = model.step_time(BatchShape(prefill=(PrefillWork(1024),), decode=(DecodeWork(2048),) * 8))
         assert 0 < cost.seconds < 5, name
+
+
+_FIXTURES = Path(__file__).parents[1] / "spec" / "fixtures"
+_DECODE_COHORT_CASES = [
+    ("kimi-k3", "b300", Layout(tp=8)),  # MLA and KDA state
+    ("kimi-k3", "b300", Layout(tp=8, dcp=8)),  # the latent cache striped
+    ("deepseek-r1", "h200", Layout(tp=8, dp_attention=8, ep=8)),  # the busiest attention-DP rank's share
+    ("gpt-oss-120b", "h200", Layout(tp=8)),  # sliding windows
+    (str(_FIXTURES / "llama_4_scout_config.json"), "h200", Layout(tp=8)),  # chunked attention
+    (str(_FIXTURES / "deepseek_v3_2_config.json"), "h200", Layout(tp=8)),  # sparse attention's top k
+    ("llama-3.1-70b", "h100", Layout(tp=4)),  # plain GQA
+]
+
+
+@pytest.mark.parametrize(("model", "gpu", "layout"), _DECODE_COHORT_CASES)
+def test_a_cohorts_decode_attention_is_the_float_features_gives_it(model: str, gpu: str, layout: Layout) -> None:
+    # the replay keeps a step's other demands and recomputes only these two for each new context
+    # sum (``perf.stride_executor``): they must be features' own floats, not nearly them
+    cost = CostModel(load_model(model), load_gpu(gpu), layout)
+    windows = cost.context_windows
+    for count, context_sum in ((1, 9_000), (37, 37 * 5_123 + 11), (300, 300 * 70_001)):
+        agg = DecodeSum(count, context_sum, 1, tuple(count * min(abs(w), 1_000) for w in windows))
+        f = cost.features(BatchShape(prefill=(PrefillWork(3_000, 500),), decode_sum=agg))
+        assert cost.cohort_decode_attention(agg) == (f.dec_attn_flop_s, f.dec_attn_mem_s)
+        assert f.dec_attn_mem_s > 0
+
+
+@pytest.mark.parametrize(
+    "params",
+    [PerfParams(), PerfParams(step_overhead_s=1.0, cpu_overlap=0.5), PerfParams(attention_efficiency=0.02)],
+    ids=["defaults", "cpu-bound", "attention-compute-bound"],
+)
+@pytest.mark.parametrize(("model", "gpu", "layout"), _DECODE_COHORT_CASES[:4])
+def test_seconds_by_decode_attention_are_the_steps_seconds(
+    model: str, gpu: str, layout: Layout, params: PerfParams
+) -> None:
+    # one step's other components summed once, then each context sum's decode attention added in
+    # ``combine``'s order: the same float as costing the step whole, on either side of each max
+    cost = CostModel(load_model(model), load_gpu(gpu), layout)
+    chunks = (PrefillWork(700, 7_000, True), PrefillWork(2_000, 0))
+
+    def step(context_sum: int) -> Features:
+        agg = DecodeSum(64, context_sum, 1, tuple(64 * min(abs(w), 500) for w in cost.context_windows))
+        return cost.features(BatchShape(prefill=chunks, decode_sum=agg))
+
+    seconds = seconds_by_decode_attention(step(64 * 1_000), params)
+    for context_sum in (64, 64 * 1_000, 64 * 30_000, 64 * 1_000_000):
+        f = step(context_sum)
+        assert seconds(f.dec_attn_flop_s, f.dec_attn_mem_s) == step_seconds(f, params)

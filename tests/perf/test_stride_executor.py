@@ -36,13 +36,14 @@ def _forgetful_init(init: Callable[..., None]) -> Callable[..., None]:
     def forgetful(self: StrideExecutor, *args: object) -> None:
         init(self, *args)
         self._steps = _Forgetful()
+        self._rests = _Forgetful()  # nor the steps that differ from one only in their decodes' contexts
 
     return forgetful
 
 
 def _replay_counting(monkeypatch: pytest.MonkeyPatch, plan: object, backend: str, lanes: int, forget: bool) -> tuple:
     """A replay (recorded) of 3,000/100-token lanes and the cost model's calls by kind of step; with
-    ``forget`` the executor's memo of steps never remembers, so every step is costed afresh."""
+    ``forget`` the executor's memos of steps never remember, so every step is costed afresh."""
     calls = {"prompts": 0, "decodes": 0, "mixed": 0}
     features = CostModel.features
 

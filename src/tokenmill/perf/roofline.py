@@ -215,7 +215,7 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
             (f.pre_attn_flop_s + p.padded_prefill * (f.pre_attn_flop_pad_s - f.pre_attn_flop_s)) / att,
             (f.pre_attn_mem_s + p.padded_prefill * (f.pre_attn_mem_pad_s - f.pre_attn_mem_s)) / cb,
         ),
-        "decode_attention": mx(f.dec_attn_flop_s / att, f.dec_attn_mem_s / cb),
+        "decode_attention": _decode_attention_s(f.dec_attn_flop_s, f.dec_attn_mem_s, p, mx),
     }
     lat, nlat = p.collective_latency_s, p.network_latency_s
     ce, ne = p.collective_bandwidth_efficiency, p.network_bandwidth_efficiency
@@ -225,7 +225,23 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
     out["pipeline"] = f.pp_count * lat + f.pp_bw_s / ce + f.pp_net_count * nlat + f.pp_net_bw_s / ne
     os_ = p.overhead_scale
     out["drafter"] = mx(f.draft_flop_s / mm, f.draft_mem_s / wb) + os_ * f.draft_steps * p.draft_step_overhead_s
-    launch = os_ * (
+    launch, cpu = _launch_s(f, p), _cpu_s(f, p)
+    work = launch
+    for key in STEP_KEYS[:-1]:
+        work = work + out[key]
+    out["overhead"] = _overhead_s(launch, cpu, work, p, mx)
+    out["kv_transfer"] = f.xfer_count * p.kv_transfer_latency_s + f.xfer_bw_s / ne
+    out["request_latency"] = f.requests * p.request_latency_s
+    return out
+
+
+def _decode_attention_s(flop_s: Any, mem_s: Any, p: Any, mx: Callable[[Any, Any], Any]) -> Any:
+    return mx(flop_s / (p.attention_efficiency * p.compute_scale), mem_s / p.cache_bandwidth_efficiency)
+
+
+def _launch_s(f: Features, p: Any) -> Any:
+    """The step's kernel launches by layer, sequence, token and chunk (the GPU waits on them)."""
+    return p.overhead_scale * (
         f.prefill_layers * p.prefill_layer_overhead_s
         + f.decode_layers * p.decode_layer_overhead_s
         + f.sampled * p.sampling_per_token_s
@@ -233,14 +249,41 @@ def combine(f: Features, p: Any, mx: Callable[[Any, Any], Any] = max) -> dict[st
         + f.linear_chunk_steps * p.linear_chunk_step_s
         + f.moe_layers * p.moe_layer_overhead_s
     )
-    work = launch
-    for key in STEP_KEYS[:-1]:
-        work = work + out[key]
-    cpu = os_ * p.step_overhead_s * f.steps + f.sampled * p.stream_per_token_s
-    out["overhead"] = launch + mx(cpu - p.cpu_overlap * work, 0.0 * cpu)
-    out["kv_transfer"] = f.xfer_count * p.kv_transfer_latency_s + f.xfer_bw_s / ne
-    out["request_latency"] = f.requests * p.request_latency_s
-    return out
+
+
+def _cpu_s(f: Features, p: Any) -> Any:
+    """The step's CPU work (scheduling, streaming tokens out), which hides behind the GPU's."""
+    return p.overhead_scale * p.step_overhead_s * f.steps + f.sampled * p.stream_per_token_s
+
+
+def _overhead_s(launch: Any, cpu: Any, work: Any, p: Any, mx: Callable[[Any, Any], Any]) -> Any:
+    return launch + mx(cpu - p.cpu_overlap * work, 0.0 * cpu)
+
+
+def seconds_by_decode_attention(f: Features, p: PerfParams) -> Callable[[float, float], float]:
+    """The seconds of steps that differ from ``f`` only in their decode attention's two demands
+    (``dec_attn_flop_s``, ``dec_attn_mem_s``), as a function of them: the same float the step
+    keys of ``combine`` sum to for each, from the other keys summed once. A replay's steps of one
+    decode cohort and the same prompt chunks differ only there (``CostModel.cohort_decode_attention``)."""
+    parts = combine(f, p)
+    keys = STEP_KEYS[:-1]
+    at = keys.index("decode_attention")
+    total = 0  # ``sum`` starts from 0: the same additions in the same order
+    work = _launch_s(f, p)
+    launch, cpu = work, _cpu_s(f, p)
+    for key in keys[:at]:
+        total = total + parts[key]
+        work = work + parts[key]
+    after = [parts[key] for key in keys[at + 1 :]]
+
+    def seconds(flop_s: float, mem_s: float) -> float:
+        dec = _decode_attention_s(flop_s, mem_s, p, max)
+        t, w = total + dec, work + dec
+        for x in after:
+            t, w = t + x, w + x
+        return float(t + _overhead_s(launch, cpu, w, p, max))
+
+    return seconds
 
 
 def total_seconds(parts: dict[str, Any]) -> Any:
@@ -318,8 +361,11 @@ def _clipped_sums(
     """(Σ keys × tokens, Σ keys) over a step's decodes, keys = ``keys_read(context, window)``
     (min(context, W) for a window or top k, context mod C for chunks, ``window`` = −C): those
     listed one by one and a summed cohort's (its ``clipped`` entry for ``window``)."""
-    c_tok = float(sum([keys_read(d.context, window) * d.tokens for d in dec]))
-    c_sum = float(sum([keys_read(d.context, window) for d in dec]))
+    if dec:
+        c_tok = float(sum([keys_read(d.context, window) * d.tokens for d in dec]))
+        c_sum = float(sum([keys_read(d.context, window) for d in dec]))
+    else:  # a decode cohort alone (a replay's every step): float(sum([])), without the lists
+        c_tok = c_sum = 0.0
     if agg is not None:
         part = agg.clipped[windows.index(window)]
         c_tok += part * agg.tokens
@@ -550,6 +596,66 @@ class CostModel:
         in this order)."""
         return self._context_windows
 
+    def cohort_decode_attention(self, agg: DecodeSum) -> tuple[float, float]:
+        """``Features.dec_attn_flop_s`` and ``dec_attn_mem_s`` of a step whose decodes are all in the
+        cohort ``agg``, the same floats ``features`` gives them: the only two of a step's demands
+        that depend on its contexts, so a replay keeps the rest of a step with ``agg.count``
+        decodes and the same prompt chunks and recomputes just these (``perf.stride_executor``)."""
+        n_dec = agg.count
+        dec_tokens = agg.count * agg.tokens
+        ctx_sum = 0.0 + agg.context_sum
+        ctx_tok = 0.0 + agg.context_sum * agg.tokens
+        dp = self._dp
+        dec_share = ((-(-n_dec // dp)) / n_dec if n_dec else 0.0) if dp > 1 else 1.0
+        return self._decode_attention((), agg, n_dec, dec_tokens, ctx_sum, ctx_tok, dec_share)
+
+    def _decode_attention(
+        self,
+        dec: Sequence[DecodeWork],
+        agg: DecodeSum | None,
+        n_dec: int,
+        dec_tokens: int,
+        ctx_sum: float,
+        ctx_tok: float,
+        dec_share: float,
+    ) -> tuple[float, float]:
+        """Decode attention and linear-attention state I/O of a step's decodes, in ideal seconds
+        on the busiest attention-DP rank (``Features.dec_attn_flop_s``, ``dec_attn_mem_s``)."""
+        windows = self.context_windows
+        dcp = self.layout.dcp
+        dec_f = dec_b = 0.0
+        if self.model.mla is not None and self._mla_layers:
+            n = self._mla_layers
+            h = self._mla_heads
+            topk = self._mla_topk
+            # sparse attention: each query reads its top-k tokens' latents, the indexer every key
+            if topk:
+                a_tok, a_sum = _clipped_sums(dec, agg, topk, windows)
+            else:
+                a_tok, a_sum = ctx_tok, ctx_sum
+            dec_f += n * (2.0 * h * self._mla_dec * a_tok + self._mla_index_flops * ctx_tok)
+            dec_b += n * (self._mla_latent_b * a_sum + self._mla_index_b * ctx_sum) / dcp
+        if self.model.gqa is not None and (self._gqa_layers or self._swa_layers or self._chunked_layers):
+            h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
+            for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
+                if not layers:
+                    continue
+                if window is None:
+                    c_tok, c_sum = ctx_tok, ctx_sum
+                else:
+                    c_tok, c_sum = _clipped_sums(dec, agg, window, windows)
+                dec_f += layers * 4.0 * h * hd * c_tok
+                dec_b += layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
+            if self._chunked_layers and self._chunk:
+                # a query at context c reads the c mod chunk cached keys of its own chunk
+                c_tok, c_sum = _clipped_sums(dec, agg, -self._chunk, windows)
+                dec_f += self._chunked_layers * 4.0 * h * hd * c_tok
+                dec_b += self._chunked_layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
+        if self._lin_state_rw:
+            dec_f += self._lin_dec_flops * dec_tokens
+            dec_b += self._lin_state_rw * n_dec
+        return dec_f * dec_share / self._bf16, dec_b * dec_share / self._hbm
+
     def features(self, shape: BatchShape) -> Features:
         """Resource demands of one step (see the module docstring); zeros for an empty batch."""
         if shape.is_empty:
@@ -613,38 +719,8 @@ class CostModel:
             pad_f, pad_b = self._prefill_attention([longest] * len(pre), chunk_pad=True)
         else:
             pad_f, pad_b = pre_f, pre_b
-        dec_f = dec_b = 0.0
         dcp = lay.dcp
-        if self.model.mla is not None and self._mla_layers:
-            n = self._mla_layers
-            h = self._mla_heads
-            topk = self._mla_topk
-            # sparse attention: each query reads its top-k tokens' latents, the indexer every key
-            if topk:
-                a_tok, a_sum = _clipped_sums(dec, agg, topk, windows)
-            else:
-                a_tok, a_sum = ctx_tok, ctx_sum
-            dec_f += n * (2.0 * h * self._mla_dec * a_tok + self._mla_index_flops * ctx_tok)
-            dec_b += n * (self._mla_latent_b * a_sum + self._mla_index_b * ctx_sum) / dcp
-        if self.model.gqa is not None and (self._gqa_layers or self._swa_layers or self._chunked_layers):
-            h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
-            for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
-                if not layers:
-                    continue
-                if window is None:
-                    c_tok, c_sum = ctx_tok, ctx_sum
-                else:
-                    c_tok, c_sum = _clipped_sums(dec, agg, window, windows)
-                dec_f += layers * 4.0 * h * hd * c_tok
-                dec_b += layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
-            if self._chunked_layers and self._chunk:
-                # a query at context c reads the c mod chunk cached keys of its own chunk
-                c_tok, c_sum = _clipped_sums(dec, agg, -self._chunk, windows)
-                dec_f += self._chunked_layers * 4.0 * h * hd * c_tok
-                dec_b += self._chunked_layers * 2 * kvh * hd * self._kv_b * c_sum / dcp
-        if self._lin_state_rw:
-            dec_f += self._lin_dec_flops * dec_tokens
-            dec_b += self._lin_state_rw * n_dec
+        dec_flop_s, dec_mem_s = self._decode_attention(dec, agg, n_dec, dec_tokens, ctx_sum, ctx_tok, dec_share)
         bf16, hbm = self._bf16, self._hbm
 
         # communication (volumes in ideal seconds on the worker's link)
@@ -709,8 +785,8 @@ class CostModel:
             head.mem_s,
             pre_f * pre_share / bf16,
             pre_b * pre_share / hbm,
-            dec_f * dec_share / bf16,
-            dec_b * dec_share / hbm,
+            dec_flop_s,
+            dec_mem_s,
             draft_f,
             draft_m,
             *split("tp"),
