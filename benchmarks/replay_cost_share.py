@@ -48,10 +48,10 @@ def _run(flags: list[str], free_cost: bool) -> dict[int, tuple[float, int]]:
         steps[0] += 1
         return saved["execute"](self, batch)
 
-    def timed(point: Any, sync: int, record: bool) -> Any:
+    def timed(point: Any, sync: int, record: bool, **kwargs: Any) -> Any:
         steps[0] = 0
         t = time.perf_counter()
-        out = saved["run"](point, sync, record)
+        out = saved["run"](point, sync, record, **kwargs)
         timings[sync] = (time.perf_counter() - t, steps[0])
         return out
 

@@ -338,3 +338,35 @@ def test_ttft_split_adds_up_and_the_regimes_weigh_by_the_burst_share_and_the_jit
     assert res.lock_step == pytest.approx(w, rel=1e-12)
     assert res.ttft_s == pytest.approx(w * reg["lock_step"] + (1 - w) * reg["drifted"], rel=1e-12)
     assert reg["lock_step"] > reg["drifted"]  # 24 prompts at once wait behind each other
+
+
+def test_a_deep_lock_step_queue_measures_half_its_wave_where_predict_may_shorten() -> None:
+    # 2,048 lanes of 1,024/16 on one H100: the server runs ~128 requests and the rest queue (16 ×
+    # deeper), but the queue is too shallow for the shorter replays (``perf.saturated``): the
+    # lock-step replay measures the first half of the 2,048 requests after its first wave, says
+    # so, and gives the means of all of them within 0.1 %; ``--exact`` (and calibration, which
+    # records) measures them all
+    exact = replay_aggregated(PLAN, "vllm", 1024, 16, 2048, PARAMS, saturated=False)
+    short = replay_aggregated(PLAN, "vllm", 1024, 16, 2048, PARAMS, saturated=True)
+    note = "lanes in lock step: the first 1,024 of the 2,048 requests after the first wave measured"
+    assert any(n.startswith(note) for n in short.notes), short.notes
+    assert not any(n.startswith("lanes in lock step") for n in exact.notes)
+    assert short.measured == exact.measured - 1024
+    assert short.ttft_regimes["lock_step"] == pytest.approx(exact.ttft_regimes["lock_step"], rel=1e-3)
+    # staggered lanes are never sampled: the drifted regime moves only with the step lag, which
+    # follows the point's TPOT
+    drifted = [r.ttft_regimes["drifted"] - r.ttft_split["step_lag"] for r in (short, exact)]
+    assert drifted[0] == pytest.approx(drifted[1], rel=1e-12)
+    assert short.tpot_s == pytest.approx(exact.tpot_s, rel=1e-3)
+    recorded = replay_aggregated(PLAN, "vllm", 1024, 16, 2048, PARAMS, saturated=True, record=True)
+    assert (recorded.ttft_s, recorded.tpot_s, recorded.measured) == (exact.ttft_s, exact.tpot_s, exact.measured)
+
+
+@pytest.mark.parametrize(
+    ("lanes", "peak", "stagger", "deep"),
+    [(2048, 256, False, True), (2048, 257, False, False), (2047, 10, False, False), (4096, 10, True, False)],
+)
+def test_only_thousands_of_lanes_in_lock_step_eight_times_the_server_are_sampled(
+    lanes: int, peak: int, stagger: bool, deep: bool
+) -> None:
+    assert replay.deep_lock_step(lanes, peak, stagger) is deep

@@ -133,8 +133,10 @@ def predict(
         bool,
         typer.Option(
             "--exact",
-            help="Replay every lane even where they queue for a saturated server "
-            "(otherwise two shorter replays stand in for them; docs/perf.md §2).",
+            help="Replay every lane even where they queue for a saturated server, and measure every "
+            "request after the first wave (otherwise two shorter replays stand in for such lanes, and "
+            "thousands of lanes in lock step queueing 8 × deeper than the server runs measure half of "
+            "them; docs/perf.md §2).",
         ),
     ] = False,
     measured: Annotated[

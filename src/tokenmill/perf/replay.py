@@ -67,7 +67,10 @@ C × min(C, OSL). The decisions and the step times are the request-by-request pa
 **Lanes that only queue** (``saturated=True``, ``predict``'s default; never when recording).
 Where the scheduler's queue is never empty, each lane more only adds to every wait: a regime of
 C lanes then comes from replays of C₁ and 2 C₁ lanes (``_saturated_regime``, ``perf.saturated``),
-under the guards that module states, or is replayed lane by lane.
+under the guards that module states, or is replayed lane by lane. Replayed lane by lane, thousands
+of lanes in lock step that queue ``DEPTH`` × deeper than the server ran in the first wave measure
+the first half of the requests after it (``deep_lock_step``): one first-come queue, thousands deep,
+makes each measured request's wait like the next one's.
 
 **Disaggregated serving** is replayed by ``perf.replay_disaggregated``, from this module's
 closed loop (its prefill workers) and the cost model (its decode workers).
@@ -130,6 +133,9 @@ WAVES = 10  # InferenceX: --num-prompts = 10 × concurrency
 #: kept for time, not accuracy: it halves the replay, and ``predict`` at thousands of lanes stays
 #: under a second; the transient stays in those points.
 LARGE_WORKER = 512
+#: From this many lanes a lock-step replay whose queue is deep measures half the requests after
+#: its first wave (``deep_lock_step``; ``predict``'s default, never in calibration).
+SAMPLE_DEEP_LANES = 2048
 #: Lanes a replay runs at most: 4 × the largest concurrency of the calibration file. A replay's
 #: time and memory grow with the lanes (16,384 lanes on one GPU: 10.5 s, 1.1 GB), so a row or a
 #: flag asking for a million is refused rather than left to run for hours.
@@ -140,6 +146,16 @@ MAX_CONCURRENCY = 65_536
 #: prompt's chunks are steps of their own, and where the pool holds few such requests a replay
 #: runs nearly a step per chunk and per decode event of every request).
 PARALLEL_LANES = 256
+
+
+def deep_lock_step(lanes: int, peak_running: int, stagger: bool) -> bool:
+    """Whether a replay may measure half the requests after its first wave: lanes in lock step
+    (no ``stagger``), at least ``SAMPLE_DEEP_LANES`` of them, queueing ``DEPTH`` × deeper than
+    the ``peak_running`` requests the server ran during the first wave. Every measured request
+    then waits behind thousands of others in one first-come queue, and the first half of them
+    gave the means of all within 0.24 % (TTFT) and 0.84 % (TPOT) at the points of docs/perf.md §2
+    (``benchmarks/lock_step_sample_check.py``)."""
+    return not stagger and lanes >= SAMPLE_DEEP_LANES and 0 < DEPTH * peak_running <= lanes
 
 
 def worth_forking(lanes: int, isl: int, chunk_tokens: int) -> bool:
@@ -247,6 +263,7 @@ def closed_loop(
     cohort: bool = True,
     head: int = 0,
     waves_of: int | None = None,
+    sample_deep: bool = False,
 ) -> ClosedLoop:
     """Run one worker; return its requests (in send order), the first-wave size, the log and
     whether the scheduler's queue stayed saturated.
@@ -268,6 +285,9 @@ def closed_loop(
         reserve_clip=policy.reserve_clip,
         record_tokens=False,  # lengths and first/finish times only
     )
+    # the scheduler is the pools' only caller and the requests carry no content for a prefix cache
+    # to share (lengths only), so who holds which id goes unrecorded (``core.id_pool``)
+    config = replace(config, track_ownership=False)
     spec = plan.layout.speculative.enabled
     if stride is None:
         stride = 1 if spec else max(1, new_tokens // DECODE_EVENTS)
@@ -303,6 +323,17 @@ def closed_loop(
     by_rid: dict[str, int] = {}
     while True:
         while pending and pending[0][0] <= now + 1e-15:
+            if sent == first_wave and sample_deep and deep_lock_step(lanes, scheduler.stats.peak_running, stagger):
+                # the first half of the measured requests stands for them all (``SAMPLE_DEEP_LANES``)
+                kept = measured // 2
+                notes.append(
+                    f"lanes in lock step: the first {kept:,} of the {measured:,} requests after the first wave "
+                    f"measured, the server running at most {scheduler.stats.peak_running:,} of {lanes:,} lanes "
+                    "(docs/perf.md §2; --exact measures them all)"
+                )
+                left -= measured - kept
+                total = first_wave + kept
+                keep_full = total + lanes
             t, _ = heapq.heappop(pending)
             n_new = new_tokens
             if stagger and sent < lanes and new_tokens > 1:
@@ -520,10 +551,13 @@ class _Point:
     stride: int | None
     cohort: bool
 
-    def loop(self, sync: int, lanes: int | None = None, record: bool = False, head: int = 0) -> ClosedLoop:
+    def loop(
+        self, sync: int, lanes: int | None = None, record: bool = False, head: int = 0, sample_deep: bool = False
+    ) -> ClosedLoop:
         """The closed loop of one regime (``sync``: lanes in lock step, else drifted apart), at
         ``lanes`` lanes standing in for the point's (``perf.saturated``) or at the point's; with
-        ``head``, only until its first ``head`` requests have finished."""
+        ``head``, only until its first ``head`` requests have finished; with ``sample_deep``,
+        measuring half the requests after the first wave where ``deep_lock_step`` allows."""
         return closed_loop(
             self.plan,
             self.cost,
@@ -540,12 +574,14 @@ class _Point:
             cohort=self.cohort,
             head=head,
             waves_of=self.lanes,
+            sample_deep=sample_deep,
         )
 
 
-def _run_regime(point: _Point, sync: int, record: bool) -> _RegimeRun:
-    """Replay one regime (``sync``: lanes in lock step, else drifted apart) and reduce it to means."""
-    loop = point.loop(sync, record=record)
+def _run_regime(point: _Point, sync: int, record: bool, sample_deep: bool = False) -> _RegimeRun:
+    """Replay one regime (``sync``: lanes in lock step, else drifted apart) and reduce it to means
+    (``sample_deep``: ``closed_loop``'s)."""
+    loop = point.loop(sync, record=record, sample_deep=sample_deep and not record)
     reqs, first, log = loop.reqs, loop.first_wave, loop.log
     means = request_means(reqs, first)
     recorded = None
@@ -690,7 +726,9 @@ def replay_aggregated(
     when the process forks, ``perf.forked``). ``saturated`` lets a regime whose server is
     saturated come from two shorter replays (``_saturated_regime``, never when recording): within
     0.2 % of replaying every lane in TTFT and, at all but one of the points checked, in TPOT
-    (docs/perf.md §7), in a time that no longer grows with lanes that only queue."""
+    (docs/perf.md §7), in a time that no longer grows with lanes that only queue, and a lock-step
+    regime replayed lane by lane measure half the requests after its first wave where
+    ``deep_lock_step`` allows."""
     if not plan.fits:
         raise TokenmillError(f"cannot replay: {plan.reason}")
     check_concurrency(concurrency)
@@ -712,7 +750,7 @@ def replay_aggregated(
             short = _saturated_regime(point, sync)
             if short is not None:
                 return short
-        return _run_regime(point, sync, record)
+        return _run_regime(point, sync, record, sample_deep=saturated)
 
     fork = parallel and not record and worth_forking(lanes, isl, policy.chunk_tokens)
     runs = replay_regimes(run, syncs, fork, waiting)
