@@ -8,17 +8,22 @@ measuring every request after the first wave, the first half of them, and the fi
 prints the server's peak of running requests, how many times deeper the lanes are, whether the
 rule samples there, and each sample's TTFT and TPOT against the full measure, with the seconds.
 
-    .venv/bin/python benchmarks/lock_step_sample_check.py [--match TEXT]
+    .venv/bin/python benchmarks/lock_step_sample_check.py [--match TEXT] [--random N [--seed S]]
 
 The points include some the rule refuses (the server runs nearly every lane: attention-DP
-workers, or a queue under 8 × the server) to show why it needs the depth.
+workers, or a queue under 8 × the server) to show why it needs the depth. ``--random N``
+replays instead N random points where the rule samples (models, GPUs, 1–8 GPUs with TP, the
+three engines, 1k–8k prompts, 128–2,048 output tokens, 2,048 or 4,096 lanes), skipping those it
+refuses, and prints the largest deviation.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import shlex
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from typer.testing import CliRunner
@@ -85,9 +90,42 @@ POINTS = [  # (label, the point's `tokenmill predict` arguments)
 ]
 
 
+RANDOM_MODELS = [
+    "deepseek-r1",
+    "gpt-oss-120b",
+    "kimi-k2",
+    "kimi-k3",
+    "kimi-linear-48b-a3b",
+    "llama-3.1-70b",
+    "llama-3.1-8b",
+    "minimax-m2.5",
+    "qwen3-235b-a22b-fp8",
+    "qwen3-30b-a3b",
+    "qwen3-32b",
+]
+
+
+def _random_points(seed: int) -> Iterator[tuple[str, str]]:
+    """(label, `predict` arguments) of random points, without end."""
+    rng = random.Random(seed)
+    while True:
+        model, gpu = rng.choice(RANDOM_MODELS), rng.choice(["h100", "h200", "b200", "b300"])
+        backend = rng.choice(["sglang", "vllm", "trtllm"])
+        gpus = rng.choice([1, 2, 4, 8])
+        isl, osl = rng.choice([1024, 2048, 4096, 8192]), rng.choice([128, 512, 1024, 2048])
+        lanes = rng.choice([2048, 4096])
+        label = f"{model} {gpus}×{gpu.upper()} TP{gpus} {backend} {isl:,}/{osl:,}"
+        flags = (
+            f"--model {model} --gpu {gpu} --gpus {gpus} --tp {gpus} --backend {backend} "
+            f"--isl {isl} --osl {osl} --concurrency {lanes}"
+        )
+        yield label, flags
+
+
 def _lock_step_point(args: str) -> Any:
     """The replay's point (``replay._Point``) of the lock-step regime of ``tokenmill predict ARGS``,
-    taken from the command as it runs (``--exact``: no shorter replays)."""
+    taken from the command as it runs (``--exact``: no shorter replays); None where the command
+    refuses the point or replays no lock step."""
     got: list[Any] = []
     run = replay._run_regime
 
@@ -98,54 +136,75 @@ def _lock_step_point(args: str) -> Any:
 
     replay._run_regime = caught  # type: ignore[assignment]
     saved = replay.worth_forking
-    replay.worth_forking = lambda *a, **k: False  # type: ignore[assignment]
+    replay.worth_forking = lambda *a, **k: False
     try:
         res = CliRunner().invoke(app, ["predict", *shlex.split(args), "--exact", "--json"])
     finally:
-        replay._run_regime, replay.worth_forking = run, saved  # type: ignore[assignment]
+        replay._run_regime, replay.worth_forking = run, saved
     if res.exit_code or not got:
-        raise SystemExit(f"{args}: {res.output.strip()[-300:] or 'no lock-step regime replayed'}")
+        return None  # the command refused the point (it does not fit), or replayed no lock step
     return got[0]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--match", default="", help="only the points whose label contains this")
+    ap.add_argument("--random", type=int, default=0, help="instead, this many random points where the rule samples")
+    ap.add_argument("--seed", type=int, default=0, help="of --random")
     args = ap.parse_args()
     print(
         f"{'point':52} {'lanes':>6} {'peak':>6} {'deep':>6} {'sampled':>8}  "
         "half: TTFT / TPOT      quarter: TTFT / TPOT  seconds full / half"
     )
-    for label, flags in POINTS:
+    worst = [0.0, 0.0]
+    sampled_points = 0
+    points = _random_points(args.seed) if args.random else iter(POINTS)
+    for label, flags in points:
+        if args.random and sampled_points >= args.random:
+            break
         if args.match not in label:
             continue
         point = _lock_step_point(flags)
+        if point is None:
+            if not args.random:
+                raise SystemExit(f"{label}: the command refused it, or replayed no lock step")
+            continue
         lanes = point.lanes
         t = time.perf_counter()
         full = point.loop(1)
         full_s = time.perf_counter() - t
+        peak = full.peak_running
+        deep = replay.deep_lock_step(lanes, peak, False)
+        if args.random and not deep:
+            continue
         t = time.perf_counter()
         sampled = point.loop(1, sample_deep=True)
         half_s = time.perf_counter() - t
-        peak = full.peak_running
         rows = []
         for share in (0.5, 0.25):
             keep = full.first_wave + int(lanes * share)
             m = replay.request_means(full.reqs[:keep], full.first_wave)
             rows.append(m)
         whole = replay.request_means(full.reqs, full.first_wave)
-        deep = replay.deep_lock_step(lanes, peak, False)
         cells = "  ".join(
             f"{100 * (m.ttft / whole.ttft - 1):+8.3f}% / {100 * (m.tpot / whole.tpot - 1):+7.3f}%" for m in rows
         )
         print(
             f"{label:52} {lanes:6,} {peak:6,} {lanes / peak:5.1f}× {'yes' if deep else 'no':>8}  {cells}  "
-            f"{full_s:.2f} / {half_s:.2f}"
+            f"{full_s:.2f} / {half_s:.2f}",
+            flush=True,
         )
         if deep:  # what the rule does is what the first half of the full replay gives, to the bit
+            sampled_points += 1
             mine = replay.request_means(sampled.reqs, sampled.first_wave)
             half = rows[0]
             assert (mine.ttft, mine.tpot) == (half.ttft, half.tpot), (label, mine, half)
+            worst[0] = max(worst[0], abs(half.ttft / whole.ttft - 1))
+            worst[1] = max(worst[1], abs(half.tpot / whole.tpot - 1))
+    print(
+        f"{sampled_points} points sampled; half of the wave against all of it, largest: "
+        f"TTFT {100 * worst[0]:.3f} %, TPOT {100 * worst[1]:.3f} %"
+    )
 
 
 if __name__ == "__main__":
