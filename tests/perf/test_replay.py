@@ -370,3 +370,73 @@ def test_only_thousands_of_lanes_in_lock_step_eight_times_the_server_are_sampled
     lanes: int, peak: int, stagger: bool, deep: bool
 ) -> None:
     assert replay.deep_lock_step(lanes, peak, stagger) is deep
+
+
+def _lane(index: int, send: float, ttft: float, tokens: int, tpot: float) -> replay.LaneRequest:
+    """A finished lane request sent at ``send`` whose first token came ``ttft`` later and whose
+    ``tokens`` tokens came ``tpot`` apart."""
+    from tokenmill.core import Request
+
+    req = Request(rid=f"r{index}", prompt_len=8, max_new_tokens=tokens, arrival_s=send)
+    req.first_token_s = send + ttft
+    req.finish_s = req.first_token_s + (tokens - 1) * tpot
+    req.output_len = tokens
+    return replay.LaneRequest(index, send, req)
+
+
+def test_the_benchmark_means_weigh_each_of_its_ten_waves_a_tenth() -> None:
+    """Two lanes, three waves (first, second, third) of 10, 4 and 1 s to the first token and 0.3,
+    0.2 and 0.1 s a token: the first and second wave count 1/10 each and the third stands for the
+    eight after it, 0.1 × 10 + 0.1 × 4 + 0.8 × 1 = 2.2 s; with only the second wave measured it
+    stands for all nine, 0.1 × 10 + 0.9 × 4 = 4.6 s (docs/perf.md §2, "Waves and regimes")."""
+    waves = [(10.0, 0.3), (4.0, 0.2), (1.0, 0.1)]
+    reqs = [_lane(2 * w + i, 100.0 * w, ttft, 5, tpot) for w, (ttft, tpot) in enumerate(waves) for i in range(2)]
+    three = replay.request_means(reqs, 2)
+    assert three.ttft == pytest.approx(2.2, rel=1e-12)
+    assert three.tpot == pytest.approx(0.1 * 0.3 + 0.1 * 0.2 + 0.8 * 0.1, rel=1e-12)
+    two = replay.request_means(reqs[:4], 2)
+    assert two.ttft == pytest.approx(4.6, rel=1e-12)
+    assert two.tpot == pytest.approx(0.1 * 0.3 + 0.9 * 0.2, rel=1e-12)
+
+
+QWEN32_2H100 = plan_memory(load_model("qwen3-32b"), H100, 2, Layout(tp=2))
+
+
+def test_all_nine_waves_measured_weigh_every_request_of_the_benchmark_alike() -> None:
+    """``measured_waves=9`` replays the whole benchmark: its means are the plain means of its ten
+    waves' requests (lanes in lock step: every one asks 16 tokens), here computed one request at a
+    time."""
+    params, _ = load_table().resolve("h100", "vllm")
+    cost = CostModel(QWEN32_2H100.model, H100, QWEN32_2H100.layout, params)
+    policy = engine_policy("vllm", H100, QWEN32_2H100.layout)
+    loop = closed_loop(QWEN32_2H100, cost, params, policy, 4096, 16, 32, stagger=False, measured_waves=9)
+    assert loop.first_wave == 32 and len(loop.reqs) == 320
+    done = [r.req for r in loop.reqs]
+    assert all(q.finish_s is not None and q.first_token_s is not None for q in done)
+    ttft = sum(q.first_token_s - r.send_s for q, r in zip(done, loop.reqs, strict=True)) / 320  # type: ignore[operator]
+    tpot = sum((q.finish_s - q.first_token_s) / (q.output_len - 1) for q in done) / 320  # type: ignore[operator]
+    means = replay.request_means(loop.reqs, loop.first_wave)
+    assert means.ttft == pytest.approx(ttft, rel=1e-12)
+    assert means.tpot == pytest.approx(tpot, rel=1e-12)
+
+
+def test_a_second_wave_far_from_the_ones_after_it_counts_a_tenth() -> None:
+    """Qwen3-32B on 2 × H100 under vLLM, 4,096/16 at 32 lanes drifted apart: the second wave is
+    the first one's backlog (3.5 s to the first token), the third to the tenth about 0.6 s. The two
+    measured waves weighed 1/10 and 8/10 give the ten waves' mean within 2 %; weighed alike for the
+    nine after the first (the replay before the sixty-first session) they gave 1.85 × it."""
+    params, _ = load_table().resolve("h100", "vllm")
+    cost = CostModel(QWEN32_2H100.model, H100, QWEN32_2H100.layout, params)
+    policy = engine_policy("vllm", H100, QWEN32_2H100.layout)
+    every = closed_loop(QWEN32_2H100, cost, params, policy, 4096, 16, 32, stagger=True, measured_waves=9)
+    short = closed_loop(QWEN32_2H100, cost, params, policy, 4096, 16, 32, stagger=True)
+    assert len(short.reqs) == 96  # two waves measured after the first below LARGE_WORKER lanes
+    ttfts = [r.req.first_token_s - r.send_s for r in every.reqs]  # type: ignore[operator]
+    second, later = sum(ttfts[32:64]) / 32, sum(ttfts[64:]) / 256
+    assert second > 4 * later
+    truth = sum(ttfts) / len(ttfts)
+    got = replay.request_means(short.reqs, short.first_wave).ttft
+    assert got == pytest.approx(truth, rel=0.02)
+    first = sum(ttfts[:32]) / 32
+    alike = 0.1 * first + 0.9 * sum(r.req.first_token_s - r.send_s for r in short.reqs[32:]) / 64  # type: ignore[operator]
+    assert alike > 1.5 * truth

@@ -241,8 +241,11 @@ def test_predict_shortens_by_default_and_exact_replays_every_lane() -> None:
     assert next(n for n in s["notes"] if SHORT_NOTE in n).startswith("256 lanes in lock step from replays of 32 and 64")
     assert not [n for n in e["notes"] if SHORT_NOTE in n]
     # the drifted replay is the same; its TTFT carries the point's step lag (first_token_steps ×
-    # TPOT), and the lock-step regime's shortening moves the point's TPOT by a few tenths of a %
+    # TPOT), and the lock-step regime's shortening moves the point's TPOT by about half a %: since
+    # the second wave counts apart (docs/perf.md §2, "Each wave a tenth") each measured wave's TPOT
+    # is the 64-lane replay's, whose second and third waves differ by 1 % (0.57 % here; 0.32 % when
+    # the two counted alike)
     lag_s, lag_e = s["ttft_split_ms"]["step_lag"], e["ttft_split_ms"]["step_lag"]
     assert s["ttft_regimes_ms"]["drifted"] - lag_s == pytest.approx(e["ttft_regimes_ms"]["drifted"] - lag_e, abs=2e-3)
-    assert s["tpot_ms"] == pytest.approx(e["tpot_ms"], rel=5e-3)
+    assert s["tpot_ms"] == pytest.approx(e["tpot_ms"], rel=1e-2)
     assert s["ttft_regimes_ms"]["lock_step"] == pytest.approx(e["ttft_regimes_ms"]["lock_step"], rel=1e-3)

@@ -16,21 +16,23 @@ the lanes stay in lock step, so each point is replayed twice:
   spread over a request's lifetime and later waves arrive spread, as they do once jitter has
   pulled a long benchmark apart.
 
-In each replay the first wave (a burst from idle) counts 1/10 and the next two waves (one when a
-worker holds ≥ 512 lanes) 9/10, as in a 10-wave run. The lanes send one wave more, unmeasured, and
-the replay ends when the last measured request finishes: a measured request decodes beside full
-lanes to its end, as in a benchmark's middle waves (with no wave after them, the desynchronised
-replay's measured requests spent about half their decode in a batch draining towards zero, which no
-middle wave of a 10-wave run does): mean TTFT, mean TPOT = (finish − first token)/(OSL − 1) per
-request, as bench_serving computes them. The prediction is w × synchronised + (1 − w) ×
-desynchronised, w = ``burst_share`` × k / (k + ``burst_jitter_steps``) (``lock_step_weight``), two
-fitted constants of the engine (PerfParams) and k the steps of prefill one wave's prompts fill
-(``wave_prompt_steps``): jitter spreads a wave's arrivals over a few steps, longer than the prefill
-of a wave of a few prompts and shorter than one of many steps' prompts. Two latencies outside the
-steps come on top of every first token: the engine front end's fixed ``request_latency_s``, and its
-pipeline lag in steps, ``first_token_steps`` × TPOT (``step_lag``): the replay admits a closed
-loop's next request at the boundary where the last one finished, where a real engine's next step is
-already running or built, and it hands a sampled token to its front end while the next step runs.
+In each replay every wave of the 10-wave run counts 1/10: the first (a burst from idle) 1/10, the
+second (its aftermath) 1/10 and the third, standing for the eight from the third on, 8/10; a worker
+of ≥ 512 lanes measures one wave after the first, 9/10 (``_groups``). The lanes send one wave more,
+unmeasured, and the replay ends when the last measured request finishes: a measured request decodes
+beside full lanes to its end, as in a benchmark's middle waves (with no wave after them, the
+desynchronised replay's measured requests spent about half their decode in a batch draining towards
+zero, which no middle wave of a 10-wave run does): mean TTFT, mean TPOT = (finish − first
+token)/(OSL − 1) per request, as bench_serving computes them. The prediction is w × synchronised +
+(1 − w) × desynchronised, w = ``burst_share`` × k / (k + ``burst_jitter_steps``)
+(``lock_step_weight``), two fitted constants of the engine (PerfParams) and k the steps of prefill
+one wave's prompts fill (``wave_prompt_steps``): jitter spreads a wave's arrivals over a few steps,
+longer than the prefill of a wave of a few prompts and shorter than one of many steps' prompts. Two
+latencies outside the steps come on top of every first token: the engine front end's fixed
+``request_latency_s``, and its pipeline lag in steps, ``first_token_steps`` × TPOT (``step_lag``):
+the replay admits a closed loop's next request at the boundary where the last one finished, where a
+real engine's next step is already running or built, and it hands a sampled token to its front end
+while the next step runs.
 
 **Engine policies** (facts of the engines' defaults, not fitted): SGLang runs prefill steps apart
 from decode steps (chunked-prefill-size 8,192 on GPUs under 160 GB, 16,384 above); vLLM and
@@ -264,6 +266,7 @@ def closed_loop(
     head: int = 0,
     waves_of: int | None = None,
     sample_deep: bool = False,
+    measured_waves: int | None = None,
 ) -> ClosedLoop:
     """Run one worker; return its requests (in send order), the first-wave size, the log and
     whether the scheduler's queue stayed saturated.
@@ -276,7 +279,8 @@ def closed_loop(
     asks for ⌈OSL·(i+1)/C⌉ tokens, or (one-token requests) waits (i+1)/C of its think time after
     the first answer, so later waves arrive spread as in a long-running benchmark. With ``head``
     the replay stops once its first ``head`` requests have finished (their times are the full
-    replay's)."""
+    replay's). ``measured_waves`` sets how many waves after the first are measured (default: one
+    from ``LARGE_WORKER`` lanes, else two; ``WAVES`` − 1 replays the whole benchmark)."""
     notes: list[str] = []
     opts = SimOptions(chunk_tokens=policy.chunk_tokens, mixed_chunk=policy.mixed_chunk, perf=params)
     config = replace(
@@ -307,7 +311,9 @@ def closed_loop(
     engine = Engine(scheduler, executor)
     saturated = True
     first_wave = lanes
-    measured = lanes if (waves_of or lanes) >= LARGE_WORKER else 2 * lanes
+    if measured_waves is None:
+        measured_waves = 1 if (waves_of or lanes) >= LARGE_WORKER else 2
+    measured = measured_waves * lanes
     total = first_wave + measured
     # the lanes keep sending one wave past the measured ones, and the replay stops when the last
     # measured request finishes: the measured requests decode in a full batch to their end, as
@@ -378,8 +384,16 @@ def closed_loop(
 
 
 def _groups(reqs: list[LaneRequest], first_wave: int) -> list[tuple[list[LaneRequest], float]]:
-    """Measured requests and their weight in the benchmark's means: the first wave (a burst from
-    an idle server) counts 1/WAVES, the steady-state waves after it (WAVES − 1)/WAVES."""
+    """Measured requests and their weight in the benchmark's means, each of its ``WAVES`` waves
+    counting 1/WAVES: the first wave (a burst from an idle server) 1/WAVES; where two or more waves
+    after it are measured, the second wave 1/WAVES too and the waves from the third on the other
+    (WAVES − 2)/WAVES, else the one measured wave all (WAVES − 1)/WAVES.
+
+    Why the second wave apart: it is the first wave's aftermath, and it can still be far from the
+    waves after it (Qwen3-32B, 2 × H100, vLLM, 4,096/16 at 32 lanes, drifted apart: 3,610 ms to the
+    first token in the second wave, 614–633 ms in the third to the tenth). Counting the second and
+    third waves alike for the nine after the first gave that transient 4.5 × its weight in the
+    benchmark's mean (``benchmarks/wave_weights_check.py`` measures both against all ten waves)."""
     done = [r for r in reqs if r.req.finish_s is not None and r.req.first_token_s is not None]
     first = [r for r in done if r.index < first_wave]
     rest = [r for r in done if r.index >= first_wave]
@@ -387,6 +401,10 @@ def _groups(reqs: list[LaneRequest], first_wave: int) -> list[tuple[list[LaneReq
         return [(first, 1.0)]
     if not first:
         return [(rest, 1.0)]
+    second = [r for r in rest if r.index < 2 * first_wave]
+    later = [r for r in rest if r.index >= 2 * first_wave]
+    if second and later:
+        return [(first, 1.0 / WAVES), (second, 1.0 / WAVES), (later, (WAVES - 2.0) / WAVES)]
     return [(first, 1.0 / WAVES), (rest, (WAVES - 1.0) / WAVES)]
 
 
@@ -552,12 +570,19 @@ class _Point:
     cohort: bool
 
     def loop(
-        self, sync: int, lanes: int | None = None, record: bool = False, head: int = 0, sample_deep: bool = False
+        self,
+        sync: int,
+        lanes: int | None = None,
+        record: bool = False,
+        head: int = 0,
+        sample_deep: bool = False,
+        measured_waves: int | None = None,
     ) -> ClosedLoop:
         """The closed loop of one regime (``sync``: lanes in lock step, else drifted apart), at
         ``lanes`` lanes standing in for the point's (``perf.saturated``) or at the point's; with
         ``head``, only until its first ``head`` requests have finished; with ``sample_deep``,
-        measuring half the requests after the first wave where ``deep_lock_step`` allows."""
+        measuring half the requests after the first wave where ``deep_lock_step`` allows;
+        ``measured_waves``: ``closed_loop``'s."""
         return closed_loop(
             self.plan,
             self.cost,
@@ -575,6 +600,7 @@ class _Point:
             head=head,
             waves_of=self.lanes,
             sample_deep=sample_deep,
+            measured_waves=measured_waves,
         )
 
 

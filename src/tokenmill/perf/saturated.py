@@ -139,6 +139,12 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= AGREE * abs(b)
 
 
+def _steady_tpot(waves: Sequence[WaveMeans]) -> float:
+    """The mean TPOT of a replay's requests after its first wave (its measured waves by count)."""
+    counts = [w.count or 1 for w in waves[1:]]
+    return sum([w.tpot * n for w, n in zip(waves[1:], counts, strict=True)]) / sum(counts)
+
+
 def extrapolate(
     a: Sequence[WaveMeans],
     b: Sequence[WaveMeans],
@@ -156,10 +162,10 @@ def extrapolate(
     from ``c1``'s first wave misses ``c2``'s (each by more than ``AGREE``), or more staggered
     lanes than output tokens (lanes then share lengths, and what a request takes depends on
     where it sits among those of its length)."""
-    if len(a) != 2 or len(b) != 2 or c2 <= c1 or (staggered is not None and lanes > staggered):
+    if len(a) < 2 or len(a) != len(b) or c2 <= c1 or (staggered is not None and lanes > staggered):
         return None
-    (xf, xs), (yf, ys) = a, b
-    if not _close(xs.tpot, ys.tpot):
+    xf, yf = a[0], b[0]
+    if not _close(_steady_tpot(a), _steady_tpot(b)):
         return None
     if staggered is None:
         first_tpot = _reciprocal(xf.tpot, yf.tpot, c1, c2, lanes)
@@ -179,5 +185,5 @@ def extrapolate(
             tpot,
             count=y.count,
         )
-        for x, y, tpot in ((xf, yf, first_tpot), (xs, ys, ys.tpot))
+        for x, y, tpot in [(xf, yf, first_tpot)] + [(x, y, y.tpot) for x, y in zip(a[1:], b[1:], strict=True)]
     ]
