@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 # this script's folder is first on sys.path when it runs: the random points' models are that check's
-from saturated_check import RANDOM_MODELS
+from saturated_check import random_deployment
 from typer.testing import CliRunner
 
 from tokenmill.cli import app
@@ -98,9 +98,7 @@ def _random_points(seed: int) -> Iterator[tuple[str, str]]:
     """(label, `predict` arguments) of random points, without end."""
     rng = random.Random(seed)
     while True:
-        model, gpu = rng.choice(RANDOM_MODELS), rng.choice(["h100", "h200", "b200", "b300"])
-        backend = rng.choice(["sglang", "vllm", "trtllm"])
-        gpus = rng.choice([1, 2, 4, 8])
+        model, gpu, backend, gpus = random_deployment(rng)
         isl, osl = rng.choice([1024, 2048, 4096, 8192]), rng.choice([128, 512, 1024, 2048])
         lanes = rng.choice([2048, 4096])
         label = f"{model} {gpus}×{gpu.upper()} TP{gpus} {backend} {isl:,}/{osl:,}"
@@ -111,7 +109,7 @@ def _random_points(seed: int) -> Iterator[tuple[str, str]]:
         yield label, flags
 
 
-def _lock_step_point(args: str) -> Any:
+def lock_step_point(args: str) -> Any:
     """The replay's point (``replay._Point``) of the lock-step regime of ``tokenmill predict ARGS``,
     taken from the command as it runs (``--exact``: no shorter replays); None where the command
     refuses the point or replays no lock step."""
@@ -158,7 +156,7 @@ def main() -> None:
             break
         if args.match not in label:
             continue
-        point = _lock_step_point(flags)
+        point = lock_step_point(flags)
         if point is None:
             if not args.random:
                 raise SystemExit(f"{label}: the command refused it, or replayed no lock step")

@@ -89,6 +89,14 @@ RANDOM_MODELS = [
 ]
 
 
+def random_deployment(rng: random.Random) -> tuple[str, str, str, int]:
+    """A random model, GPU, engine and GPU count, drawn in that order (the random checks of
+    ``lock_step_sample_check.py`` and ``wave_weights_check.py`` draw theirs here too)."""
+    model, gpu = rng.choice(RANDOM_MODELS), rng.choice(["h100", "h200", "b200", "b300"])
+    backend = rng.choice(["sglang", "vllm", "trtllm"])
+    return model, gpu, backend, rng.choice([1, 2, 4, 8])
+
+
 def _random_points(
     n: int, seed: int, many_lanes: bool = False
 ) -> Iterator[tuple[str, str, str, int, Layout, str, int, int, int]]:
@@ -101,9 +109,7 @@ def _random_points(
     if many_lanes:
         prompts, outputs, lanes = [4096, 8192, 16384, 32768], [1024, 2048, 4096], [2048, 4096]
     while True:
-        model, gpu = rng.choice(RANDOM_MODELS), rng.choice(["h100", "h200", "b200", "b300"])
-        backend = rng.choice(["sglang", "vllm", "trtllm"])
-        gpus = rng.choice([1, 2, 4, 8])
+        model, gpu, backend, gpus = random_deployment(rng)
         tp = rng.choice([t for t in (1, 2, 4, 8) if t <= gpus])
         isl, osl = rng.choice(prompts), rng.choice(outputs)
         c = rng.choice(lanes)

@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import argparse
 import random
-import shlex
 import statistics
 import time
 from collections.abc import Iterator
 from typing import Any
 
-# this script's folder is first on sys.path when it runs: the random points' models are that check's
-from saturated_check import RANDOM_MODELS
-from typer.testing import CliRunner
+# this script's folder is first on sys.path when it runs: the random points' models are that check's,
+# and a point is caught from `predict` as lock_step_sample_check catches it
+from lock_step_sample_check import lock_step_point
+from saturated_check import random_deployment
 
-from tokenmill.cli import app
 from tokenmill.perf import replay
 
 LENGTHS = [(1024, 1024), (1024, 8192), (8192, 1024), (4096, 16), (1000, 100), (2048, 128), (8000, 1000)]
@@ -41,9 +40,7 @@ def _points(seed: int) -> Iterator[tuple[str, str]]:
     """(label, `predict` arguments) of random points, without end."""
     rng = random.Random(seed)
     while True:
-        model, gpu = rng.choice(RANDOM_MODELS), rng.choice(["h100", "h200", "b200", "b300"])
-        backend = rng.choice(["sglang", "vllm", "trtllm"])
-        gpus = rng.choice([1, 2, 4, 8])
+        model, gpu, backend, gpus = random_deployment(rng)
         isl, osl = rng.choice(LENGTHS)
         lanes = rng.choice(LANES)
         label = f"{model} {gpus}×{gpu.upper()} {backend} {isl:,}/{osl:,} C={lanes}"
@@ -52,26 +49,6 @@ def _points(seed: int) -> Iterator[tuple[str, str]]:
             f"--isl {isl} --osl {osl} --concurrency {lanes}"
         )
         yield label, flags
-
-
-def _point(args: str) -> Any:
-    """The replay's point (``replay._Point``) of ``tokenmill predict ARGS --exact``; None where the
-    command refuses it."""
-    got: list[Any] = []
-    run = replay._run_regime
-
-    def caught(point: Any, sync: int, record: bool, **kwargs: Any) -> Any:
-        got.append(point)
-        return run(point, sync, record, **kwargs)
-
-    replay._run_regime = caught  # type: ignore[assignment]
-    saved = replay.worth_forking
-    replay.worth_forking = lambda *a, **k: False
-    try:
-        res = CliRunner().invoke(app, ["predict", *shlex.split(args), "--exact", "--json"])
-    finally:
-        replay._run_regime, replay.worth_forking = run, saved
-    return got[0] if not res.exit_code and got else None
 
 
 def _means(reqs: list[Any]) -> tuple[float, float]:
@@ -105,7 +82,7 @@ def main() -> None:
             break
         if args.match not in label:
             continue
-        point = _point(flags)
+        point = lock_step_point(flags)
         if point is None:
             continue
         done += 1
