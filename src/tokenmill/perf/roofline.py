@@ -468,6 +468,12 @@ class CostModel:
         chunked = (-self._chunk,) if self._chunked_layers and self._chunk else ()  # chunks: negative
         sparse = (self._mla_topk,) if self._mla_sparse else ()
         self._context_windows: tuple[int, ...] = swa + chunked + sparse
+        # the GQA layers a step reads, full and sliding, with the window each reads (None: the
+        # whole context): what prefill and decode attention both walk
+        self._gqa_groups: tuple[tuple[int, int | None], ...] = ()
+        if model.gqa is not None:
+            groups = ((self._gqa_layers, None), (self._swa_layers, self._window))
+            self._gqa_groups = tuple((n, w) for n, w in groups if n)
 
     # --- precomputation ----------------------------------------------------------------------
     def _linear_groups(self) -> tuple[_Group, _Group, _Group]:
@@ -553,9 +559,7 @@ class CostModel:
                 pre_b += n * w.context * (self._mla_latent_b + self._mla_index_b)
         if self.model.gqa is not None and (self._gqa_layers or self._swa_layers or self._chunked_layers):
             h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
-            for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
-                if not layers:
-                    continue
+            for layers, window in self._gqa_groups:
                 for w in pre:
                     if window is None:
                         ctx = w.context
@@ -637,9 +641,7 @@ class CostModel:
             dec_b += n * (self._mla_latent_b * a_sum + self._mla_index_b * ctx_sum) / dcp
         if self.model.gqa is not None and (self._gqa_layers or self._swa_layers or self._chunked_layers):
             h, kvh, hd = self._gqa_heads, self._gqa_kv_heads, self._gqa_dim
-            for layers, window in ((self._gqa_layers, None), (self._swa_layers, self._window)):
-                if not layers:
-                    continue
+            for layers, window in self._gqa_groups:
                 if window is None:
                     c_tok, c_sum = ctx_tok, ctx_sum
                 else:
