@@ -256,3 +256,43 @@ def test_a_beat_counts_its_clocks_like_an_enumeration(first: int, span: int, pag
     hi = lo + width - 1
     clocks = range(first, first + span + 1, page)
     assert beat.count(lo, hi) == sum(1 for c in clocks if lo <= c <= hi)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    members=st.lists(st.tuples(st.integers(1, 400), st.integers(0, 50), st.integers(1, 60)), min_size=0, max_size=90),
+    moves=st.lists(st.tuples(st.sampled_from(["advance", "leave", "ask"]), st.integers(0, 89), st.integers(0, 9))),
+    windows=st.lists(st.tuples(st.floats(0, 1), st.integers(-2, 2), st.integers(0, 3)), min_size=1, max_size=4),
+    direct_max=st.sampled_from([0, 3, 32, 10**6]),
+)
+def test_clipped_context_sums_match_the_members_listed(
+    members: list[tuple[int, int, int]],
+    moves: list[tuple[str, int, int]],
+    windows: list[tuple[float, int, int]],
+    direct_max: int,
+) -> None:
+    # Σ min(context + offset, W) kept from the sorted bases, whichever way it is summed (the bases
+    # directly, all less the long ones, or running sums kept until a join or leave), against the
+    # members' contexts listed, through joins, leaves and clock advances; the windows are placed
+    # between the members' contexts, so every split of short and long members comes up
+    import tokenmill.core.cohort as cohort_module
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cohort_module, "DIRECT_SUM_MAX", direct_max)
+        co = cohort_module.Cohort(clip=CLIP_MAX_NEW_TOKENS)
+        reqs = []
+        for i, (prompt, out, new) in enumerate(members):
+            req = Request(f"r{i}", prompt_len=prompt, max_new_tokens=out + new)
+            req.output_len, req.running_seq = out, i  # the scheduler's running order
+            co.join(req)
+            reqs.append(req)
+        for move, who, k in moves:
+            if move == "advance":
+                co.clock += k
+            elif move == "leave" and reqs:
+                co.leave(reqs.pop(who % len(reqs)))
+            listed = co.contexts()
+            ranked = sorted(listed) or [1]
+            for rank, near, offset in windows:  # a window at any split of the members, ± 2 tokens
+                window = max(1, ranked[int(rank * (len(ranked) - 1))] + offset + near)
+                assert co.clipped_context_sum(window, offset) == sum(min(c + offset, window) for c in listed)
