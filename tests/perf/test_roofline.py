@@ -9,7 +9,7 @@ import pytest
 from tokenmill.hardware import load_gpu
 from tokenmill.perf import BatchShape, CostModel, DecodeWork, PerfParams, PrefillWork
 from tokenmill.perf.batch import DecodeSum
-from tokenmill.perf.roofline import Features, seconds_by_decode_attention
+from tokenmill.perf.roofline import Features, seconds_by_decode_attention, step_cost_by_decode_attention
 from tokenmill.perf.stride_executor import step_seconds
 from tokenmill.plan import KVDtype, Layout
 from tokenmill.spec import load_model
@@ -110,6 +110,47 @@ def test_a_cohorts_decode_attention_is_the_float_features_gives_it(model: str, g
         f = cost.features(BatchShape(prefill=(PrefillWork(3_000, 500),), decode_sum=agg))
         assert cost.cohort_decode_attention(agg) == (f.dec_attn_flop_s, f.dec_attn_mem_s)
         assert f.dec_attn_mem_s > 0
+
+
+@pytest.mark.parametrize(("model", "gpu", "layout"), _DECODE_COHORT_CASES)
+def test_listed_decodes_attention_is_the_float_features_gives_it(model: str, gpu: str, layout: Layout) -> None:
+    # the simulator keeps a step's other demands and recomputes only these two for each new list
+    # of contexts (``sim.executor``): features' own floats, with verify widths of 1 and more
+    cost = CostModel(load_model(model), load_gpu(gpu), layout)
+    for decodes in (
+        (DecodeWork(9_000),),
+        tuple(DecodeWork(5_123 + 977 * i, 1 + i % 3) for i in range(37)),
+        tuple(DecodeWork(70_001 - 13 * i) for i in range(300)),
+    ):
+        f = cost.features(BatchShape(prefill=(PrefillWork(3_000, 500),), decode=decodes))
+        assert cost.listed_decode_attention(decodes) == (f.dec_attn_flop_s, f.dec_attn_mem_s)
+        assert f.dec_attn_mem_s > 0
+
+
+@pytest.mark.parametrize(
+    "params",
+    [PerfParams(), PerfParams(step_overhead_s=1.0, cpu_overlap=0.5), PerfParams(attention_efficiency=0.02)],
+    ids=["defaults", "cpu-bound", "attention-compute-bound"],
+)
+@pytest.mark.parametrize(("model", "gpu", "layout"), _DECODE_COHORT_CASES[:4])
+def test_step_cost_by_decode_attention_is_the_steps_cost(
+    model: str, gpu: str, layout: Layout, params: PerfParams
+) -> None:
+    # one step's other components kept, then each list of contexts' decode attention put in: the
+    # same breakdown, key by key and in order, and the same seconds as pricing the step whole
+    cost = CostModel(load_model(model), load_gpu(gpu), layout, params)
+    chunks = (PrefillWork(700, 7_000, True), PrefillWork(2_000, 0))
+
+    def shape(context: int) -> BatchShape:
+        return BatchShape(prefill=chunks, decode=tuple(DecodeWork(context + 3 * i) for i in range(64)))
+
+    priced = step_cost_by_decode_attention(cost.features(shape(1_000)), params)
+    for context in (1, 1_000, 30_000, 1_000_000):
+        whole = cost.step_time(shape(context))
+        f = cost.features(shape(context))
+        kept = priced(f.dec_attn_flop_s, f.dec_attn_mem_s)
+        assert list(kept.breakdown.items()) == list(whole.breakdown.items())
+        assert kept.seconds == whole.seconds
 
 
 @pytest.mark.parametrize(

@@ -286,6 +286,29 @@ def seconds_by_decode_attention(f: Features, p: PerfParams) -> Callable[[float, 
     return seconds
 
 
+def step_cost_by_decode_attention(f: Features, p: PerfParams) -> Callable[[float, float], StepCost]:
+    """``CostModel.step_time`` of steps that differ from ``f`` only in their decode attention's two
+    demands, as a function of them: the same breakdown floats in the same order, and their sum.
+    The simulator's steps with the same prompt chunks and the same number of decodes and decode
+    tokens differ only there (``CostModel.listed_decode_attention``, ``sim.executor``)."""
+    parts = combine(f, p)
+    keys = STEP_KEYS[:-1]
+    launch, cpu = _launch_s(f, p), _cpu_s(f, p)
+    fixed = {key: float(parts[key]) for key in keys}
+
+    def cost(flop_s: float, mem_s: float) -> StepCost:
+        dec = _decode_attention_s(flop_s, mem_s, p, max)
+        work = launch
+        for key in keys:  # ``combine``'s additions in its order
+            work = work + (dec if key == "decode_attention" else parts[key])
+        breakdown = dict(fixed)
+        breakdown["decode_attention"] = float(dec)
+        breakdown["overhead"] = float(_overhead_s(launch, cpu, work, p, max))
+        return StepCost(sum(breakdown.values()), breakdown)
+
+    return cost
+
+
 def total_seconds(parts: dict[str, Any]) -> Any:
     total = parts["kv_transfer"] + parts["request_latency"]
     for key in STEP_KEYS:
@@ -612,6 +635,22 @@ class CostModel:
         dp = self._dp
         dec_share = ((-(-n_dec // dp)) / n_dec if n_dec else 0.0) if dp > 1 else 1.0
         return self._decode_attention((), agg, n_dec, dec_tokens, ctx_sum, ctx_tok, dec_share)
+
+    def listed_decode_attention(self, dec: Sequence[DecodeWork]) -> tuple[float, float]:
+        """``Features.dec_attn_flop_s`` and ``dec_attn_mem_s`` of a step whose decodes are listed
+        one by one (the simulator's), the same floats ``features`` gives them: the only two of
+        such a step's demands that depend on the decodes' contexts (``step_cost_by_decode_attention``)."""
+        n_dec = len(dec)
+        dec_tokens = 0
+        ctx_sum = 0.0
+        ctx_tok = 0.0
+        for d in dec:  # ``features``'s loop
+            dec_tokens += d.tokens
+            ctx_sum += d.context
+            ctx_tok += d.context * d.tokens
+        dp = self._dp
+        dec_share = ((-(-n_dec // dp)) / n_dec if n_dec else 0.0) if dp > 1 else 1.0
+        return self._decode_attention(dec, None, n_dec, dec_tokens, ctx_sum, ctx_tok, dec_share)
 
     def _decode_attention(
         self,

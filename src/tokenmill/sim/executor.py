@@ -8,15 +8,24 @@ Steps that only prefill repeat their shape: a disaggregated prefill worker repla
 thousands of lanes of one prompt length runs the same one-prompt step tens of thousands of times.
 Their costs are kept (``PREFILL_MEMO`` shapes at most), so the cost model prices each shape once;
 the result is the same object the cost model returned the first time.
+
+Steps with decodes repeat all but their contexts: the same prompt chunks beside the same number
+of decodes and decode tokens make the same demands but for the decode attention's two
+(``CostModel.listed_decode_attention``). Their costs are kept as functions of those two
+(``roofline.step_cost_by_decode_attention``, ``PREFILL_MEMO`` such steps at most), so a step the
+executor has seen the like of is priced by its decode attention alone, to the same floats.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tokenmill.core.batch import ScheduledBatch, StepResult
 from tokenmill.perf import BatchShape, CostModel, DecodeWork, PrefillWork
-from tokenmill.perf.roofline import StepCost
+from tokenmill.perf.roofline import StepCost, step_cost_by_decode_attention
 
-#: Prefill-only step shapes whose costs one executor keeps (a few KB each).
+#: Prefill-only step shapes, and steps with decodes by their chunks and decode counts, whose costs
+#: one executor keeps (a few KB each; module docstring).
 PREFILL_MEMO = 4096
 
 
@@ -28,6 +37,8 @@ class SimExecutor:
         self.busy_s = 0.0
         self.breakdown: dict[str, float] = {}
         self._memo: dict[BatchShape, StepCost] = {}
+        # by (prompt chunks, decodes, decode tokens): the step's cost given its decode attention
+        self._rests: dict[tuple[tuple[PrefillWork, ...], int, int], Callable[[float, float], StepCost]] = {}
 
     def shape(self, batch: ScheduledBatch) -> BatchShape:
         return BatchShape(
@@ -37,8 +48,19 @@ class SimExecutor:
 
     def step_cost(self, shape: BatchShape) -> StepCost:
         """The cost model's price of ``shape``, kept for prefill-only shapes (module docstring)."""
-        if shape.decode or shape.decode_sum is not None:
+        if shape.decode_sum is not None:
             return self.cost_model.step_time(shape)
+        if shape.decode:
+            cm = self.cost_model
+            key = (shape.prefill, len(shape.decode), sum([d.tokens for d in shape.decode]))
+            rest = self._rests.get(key)
+            if rest is not None:
+                return rest(*cm.listed_decode_attention(shape.decode))
+            f = cm.features(shape)
+            rest = step_cost_by_decode_attention(f, cm.params)
+            if len(self._rests) < PREFILL_MEMO:
+                self._rests[key] = rest
+            return rest(f.dec_attn_flop_s, f.dec_attn_mem_s)
         cost = self._memo.get(shape)
         if cost is None:
             cost = self.cost_model.step_time(shape)
