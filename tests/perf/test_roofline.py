@@ -127,12 +127,18 @@ def test_listed_decodes_attention_is_the_float_features_gives_it(model: str, gpu
         assert f.dec_attn_mem_s > 0
 
 
-@pytest.mark.parametrize(
+#: constants on either side of each max ``combine`` takes (CPU-bound, attention compute-bound), by
+#: four models: the steps whose decode attention alone changes are priced at both
+_BY_DECODE_ATTENTION = pytest.mark.parametrize(
     "params",
     [PerfParams(), PerfParams(step_overhead_s=1.0, cpu_overlap=0.5), PerfParams(attention_efficiency=0.02)],
     ids=["defaults", "cpu-bound", "attention-compute-bound"],
 )
-@pytest.mark.parametrize(("model", "gpu", "layout"), _DECODE_COHORT_CASES[:4])
+_FOUR_MODELS = pytest.mark.parametrize(("model", "gpu", "layout"), _DECODE_COHORT_CASES[:4])
+
+
+@_BY_DECODE_ATTENTION
+@_FOUR_MODELS
 def test_step_cost_by_decode_attention_is_the_steps_cost(
     model: str, gpu: str, layout: Layout, params: PerfParams
 ) -> None:
@@ -153,12 +159,8 @@ def test_step_cost_by_decode_attention_is_the_steps_cost(
         assert kept.seconds == whole.seconds
 
 
-@pytest.mark.parametrize(
-    "params",
-    [PerfParams(), PerfParams(step_overhead_s=1.0, cpu_overlap=0.5), PerfParams(attention_efficiency=0.02)],
-    ids=["defaults", "cpu-bound", "attention-compute-bound"],
-)
-@pytest.mark.parametrize(("model", "gpu", "layout"), _DECODE_COHORT_CASES[:4])
+@_BY_DECODE_ATTENTION
+@_FOUR_MODELS
 def test_seconds_by_decode_attention_are_the_steps_seconds(
     model: str, gpu: str, layout: Layout, params: PerfParams
 ) -> None:
