@@ -127,6 +127,21 @@ def test_listed_decodes_attention_is_the_float_features_gives_it(model: str, gpu
         assert f.dec_attn_mem_s > 0
 
 
+def test_a_pipelined_stages_decode_attention_is_the_float_its_features_give() -> None:
+    # a pipelined prefill worker's stage scales its demands; the two executors ask for the decode
+    # attention alone once they have seen a step, so it must be scaled the same way
+    from tokenmill.perf.pipelined import PipelinedCost
+
+    cost = PipelinedCost(load_model("llama-3.1-70b"), load_gpu("h100"), Layout(tp=4, pp=4))
+    assert cost.stage_share < 1
+    decodes = tuple(DecodeWork(4_000 + 31 * i) for i in range(16))
+    f = cost.features(BatchShape(prefill=(PrefillWork(2_000, 0),), decode=decodes))
+    assert cost.listed_decode_attention(decodes) == (f.dec_attn_flop_s, f.dec_attn_mem_s)
+    agg = DecodeSum(16, 16 * 4_000, 1, ())
+    f = cost.features(BatchShape(prefill=(PrefillWork(2_000, 0),), decode_sum=agg))
+    assert cost.cohort_decode_attention(agg) == (f.dec_attn_flop_s, f.dec_attn_mem_s)
+
+
 #: constants on either side of each max ``combine`` takes (CPU-bound, attention compute-bound), by
 #: four models: the steps whose decode attention alone changes are priced at both
 _BY_DECODE_ATTENTION = pytest.mark.parametrize(

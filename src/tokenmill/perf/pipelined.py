@@ -9,10 +9,11 @@ occupied per step by its busiest stage only, which the replay of a prefill worke
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from tokenmill.hardware import GPU
-from tokenmill.perf.batch import BatchShape, PrefillWork
+from tokenmill.perf.batch import BatchShape, DecodeSum, DecodeWork, PrefillWork
 from tokenmill.perf.params import PerfParams
 from tokenmill.perf.roofline import CostModel, Features
 from tokenmill.perf.stride_executor import step_seconds
@@ -47,6 +48,17 @@ class PipelinedCost(CostModel):
                 for k, v in zip(Features._fields, f, strict=True)
             )
         )
+
+    def cohort_decode_attention(self, agg: DecodeSum) -> tuple[float, float]:
+        """The stage's share of a cohort's decode attention, as ``features`` scales it (executors
+        that keep a step's other demands ask for these two alone)."""
+        flop_s, mem_s = super().cohort_decode_attention(agg)
+        return flop_s * self.stage_share, mem_s * self.stage_share
+
+    def listed_decode_attention(self, dec: Sequence[DecodeWork]) -> tuple[float, float]:
+        """The stage's share of listed decodes' attention, as ``features`` scales it."""
+        flop_s, mem_s = super().listed_decode_attention(dec)
+        return flop_s * self.stage_share, mem_s * self.stage_share
 
     def drain_seconds(self, isl: int, chunk_tokens: int, params: PerfParams) -> tuple[Features, float]:
         """The N − 1 stages a prompt's last chunk still crosses after its step: (demands, seconds)."""
