@@ -47,7 +47,8 @@ class SimExecutor:
         )
 
     def step_cost(self, shape: BatchShape) -> StepCost:
-        """The cost model's price of ``shape``, kept for prefill-only shapes (module docstring)."""
+        """The cost model's price of ``shape``: kept for prefill-only shapes, and for steps with
+        decodes as a function of their decode attention (module docstring)."""
         if shape.decode_sum is not None:
             return self.cost_model.step_time(shape)
         if shape.decode:
