@@ -48,10 +48,10 @@ def test_a_repeated_prefill_shape_is_priced_once_and_a_decode_step_by_its_attent
 
 def test_kept_prices_give_the_same_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     # prompts of 3,000 tokens in chunks of 2,048: prefill-only steps of several shapes, and decodes
-    # beside chunks and alone, priced whole each time when nothing is kept (``PREFILL_MEMO`` 0)
+    # beside chunks and alone, priced whole each time when nothing is kept (``SHAPES_KEPT`` 0)
     wl = random_requests(3000, 64, 40, concurrency=8, seed=3)
     kept = simulate(PLAN, wl, SimOptions(chunk_tokens=2048, perf=PerfParams()))
-    monkeypatch.setattr(executor, "PREFILL_MEMO", 0)
+    monkeypatch.setattr(executor, "SHAPES_KEPT", 0)
     again = simulate(PLAN, wl, SimOptions(chunk_tokens=2048, perf=PerfParams()))
     ours = [(r.send_s, r.first_token_s, r.finish_s) for r in again.records]
     assert ours == [(r.send_s, r.first_token_s, r.finish_s) for r in kept.records]
@@ -60,6 +60,6 @@ def test_kept_prices_give_the_same_simulation(monkeypatch: pytest.MonkeyPatch) -
 def test_kept_prices_give_the_same_disaggregated_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     # a prefill worker of one-token requests: the same one-prompt step over and over
     kept = replay_disaggregated(PLAN, PLAN, 1, 1, "sglang", 2048, 128, 64, PerfParams())
-    monkeypatch.setattr(executor, "PREFILL_MEMO", 0)
+    monkeypatch.setattr(executor, "SHAPES_KEPT", 0)
     priced_each_time = replay_disaggregated(PLAN, PLAN, 1, 1, "sglang", 2048, 128, 64, PerfParams())
     assert kept == priced_each_time

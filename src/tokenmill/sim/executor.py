@@ -6,13 +6,13 @@ deterministic (2.7 → 3, 3, 2, 3, 3, 2, …) and never more than the verify wid
 
 Steps that only prefill repeat their shape: a disaggregated prefill worker replayed with
 thousands of lanes of one prompt length runs the same one-prompt step tens of thousands of times.
-Their costs are kept (``PREFILL_MEMO`` shapes at most), so the cost model prices each shape once;
+Their costs are kept (``SHAPES_KEPT`` shapes at most), so the cost model prices each shape once;
 the result is the same object the cost model returned the first time.
 
 Steps with decodes repeat all but their contexts: the same prompt chunks beside the same number
 of decodes and decode tokens make the same demands but for the decode attention's two
 (``CostModel.listed_decode_attention``). Their costs are kept as functions of those two
-(``roofline.step_cost_by_decode_attention``, ``PREFILL_MEMO`` such steps at most), so a step the
+(``roofline.step_cost_by_decode_attention``, ``SHAPES_KEPT`` such steps at most), so a step the
 executor has seen the like of is priced by its decode attention alone, to the same floats.
 """
 
@@ -26,7 +26,7 @@ from tokenmill.perf.roofline import StepCost, step_cost_by_decode_attention
 
 #: Prefill-only step shapes, and steps with decodes by their chunks and decode counts, whose costs
 #: one executor keeps (a few KB each; module docstring).
-PREFILL_MEMO = 4096
+SHAPES_KEPT = 4096
 
 
 class SimExecutor:
@@ -59,13 +59,13 @@ class SimExecutor:
                 return rest(*cm.listed_decode_attention(shape.decode))
             f = cm.features(shape)
             rest = step_cost_by_decode_attention(f, cm.params)
-            if len(self._rests) < PREFILL_MEMO:
+            if len(self._rests) < SHAPES_KEPT:
                 self._rests[key] = rest
             return rest(f.dec_attn_flop_s, f.dec_attn_mem_s)
         cost = self._memo.get(shape)
         if cost is None:
             cost = self.cost_model.step_time(shape)
-            if len(self._memo) < PREFILL_MEMO:
+            if len(self._memo) < SHAPES_KEPT:
                 self._memo[shape] = cost
         return cost
 
