@@ -217,16 +217,16 @@ def test_latency_metrics_match_the_servers_delays(fake: FakeServer) -> None:
     result = run(wl, config(fake, "ttft=0.2;itl=0.02"))
     assert all(o.completed for o in result.outcomes)
     # The server's sleeps bound every time from below. From above, a loaded machine's stalls add
-    # to any of them (a CI run once took 2.6 × a closed loop's sum of sleeps), so the upper bounds
-    # are wide: they catch a wrong origin (the second request's TTFT counted from the run's start
-    # would be ≥ 0.6 s), not jitter. The order of the times holds whatever the load.
+    # to any of them (a CI run once took 0.70 s for a closed loop of 0.24 s of sleeps), so the
+    # upper bounds are wide: they catch a wrong origin (the second request's TTFT counted from the
+    # run's start would be ≥ 0.6 s), not jitter. The order of the times holds whatever the load.
     for o in result.outcomes:
         assert o.output_tokens == 11
         assert len(o.token_times_s) == 11
         assert o.ttft_s is not None and 0.195 <= o.ttft_s <= 0.5
         assert o.tpot_s is not None and 0.019 <= o.tpot_s <= 0.1
         assert o.e2e_s is not None and 0.395 <= o.e2e_s <= 1.5
-        assert len(o.itls_s) == 10 and min(o.itls_s) >= 0.0 and statistics.median(o.itls_s) >= 0.019
+        assert len(o.itls_s) == 10 and statistics.median(o.itls_s) >= 0.019
         # the stream ends after its last token: the usage chunk and [DONE] come after it
         assert o.ttft_s + sum(o.itls_s) <= o.e2e_s + 1e-9
         assert o.cached_tokens == 7
@@ -321,7 +321,7 @@ def test_closed_loop_never_exceeds_concurrency(fake: FakeServer) -> None:
     assert fake.max_in_flight == 3
     assert result.max_in_flight == 3
     # The loop's shape from the client's own send and finish times, not from wall-clock bounds (a
-    # loaded CI machine once took 0.70 s for the ≈ 0.26 s of sleeps): all three clients send before
+    # loaded CI machine once took 0.70 s for these 0.24 s of sleeps): all three clients send before
     # any answer ends, and each later send follows one more finished request.
     sends = sorted(o.send_s for o in result.outcomes)
     finishes = sorted(o.finish_s or 0.0 for o in result.outcomes)
