@@ -286,6 +286,19 @@ def seconds_by_decode_attention(f: Features, p: PerfParams) -> Callable[[float, 
     return seconds
 
 
+def _listed_decode_sums(dec: Sequence[DecodeWork]) -> tuple[int, float, float]:
+    """Decode tokens, Σ context and Σ context × tokens of decodes listed one by one, summed in list
+    order (``CostModel.features`` and ``listed_decode_attention`` must give the same floats)."""
+    dec_tokens = 0
+    ctx_sum = 0.0
+    ctx_tok = 0.0
+    for d in dec:
+        dec_tokens += d.tokens
+        ctx_sum += d.context
+        ctx_tok += d.context * d.tokens
+    return dec_tokens, ctx_sum, ctx_tok
+
+
 def step_cost_by_decode_attention(f: Features, p: PerfParams) -> Callable[[float, float], StepCost]:
     """``CostModel.step_time`` of steps that differ from ``f`` only in their decode attention's two
     demands, as a function of them: the same breakdown floats in the same order, and their sum.
@@ -632,25 +645,20 @@ class CostModel:
         dec_tokens = agg.count * agg.tokens
         ctx_sum = 0.0 + agg.context_sum
         ctx_tok = 0.0 + agg.context_sum * agg.tokens
-        dp = self._dp
-        dec_share = ((-(-n_dec // dp)) / n_dec if n_dec else 0.0) if dp > 1 else 1.0
-        return self._decode_attention((), agg, n_dec, dec_tokens, ctx_sum, ctx_tok, dec_share)
+        return self._decode_attention((), agg, n_dec, dec_tokens, ctx_sum, ctx_tok, self._decode_share(n_dec))
 
     def listed_decode_attention(self, dec: Sequence[DecodeWork]) -> tuple[float, float]:
         """``Features.dec_attn_flop_s`` and ``dec_attn_mem_s`` of a step whose decodes are listed
         one by one (the simulator's), the same floats ``features`` gives them: the only two of
         such a step's demands that depend on the decodes' contexts (``step_cost_by_decode_attention``)."""
         n_dec = len(dec)
-        dec_tokens = 0
-        ctx_sum = 0.0
-        ctx_tok = 0.0
-        for d in dec:  # ``features``'s loop
-            dec_tokens += d.tokens
-            ctx_sum += d.context
-            ctx_tok += d.context * d.tokens
+        dec_tokens, ctx_sum, ctx_tok = _listed_decode_sums(dec)
+        return self._decode_attention(dec, None, n_dec, dec_tokens, ctx_sum, ctx_tok, self._decode_share(n_dec))
+
+    def _decode_share(self, n_dec: int) -> float:
+        """The busiest attention-DP rank's share of ``n_dec`` decodes (1 without attention DP)."""
         dp = self._dp
-        dec_share = ((-(-n_dec // dp)) / n_dec if n_dec else 0.0) if dp > 1 else 1.0
-        return self._decode_attention(dec, None, n_dec, dec_tokens, ctx_sum, ctx_tok, dec_share)
+        return ((-(-n_dec // dp)) / n_dec if n_dec else 0.0) if dp > 1 else 1.0
 
     def _decode_attention(
         self,
@@ -706,13 +714,7 @@ class CostModel:
         dec = shape.decode
         pre = shape.prefill
         n_dec = len(dec)
-        dec_tokens = 0
-        ctx_sum = 0.0
-        ctx_tok = 0.0
-        for d in dec:
-            dec_tokens += d.tokens
-            ctx_sum += d.context
-            ctx_tok += d.context * d.tokens
+        dec_tokens, ctx_sum, ctx_tok = _listed_decode_sums(dec)
         agg = shape.decode_sum
         windows = self.context_windows
         if agg is not None:
@@ -729,11 +731,8 @@ class CostModel:
         pre_tokens = sum(pre_lengths)
         tokens = dec_tokens + pre_tokens
         # busiest attention-DP rank
-        if dp > 1:
-            dec_share = (-(-n_dec // dp)) / n_dec if n_dec else 0.0
-            pre_share = _lpt_max(pre_lengths, dp) / pre_tokens if pre_tokens else 0.0
-        else:
-            dec_share = pre_share = 1.0
+        dec_share = self._decode_share(n_dec)
+        pre_share = (_lpt_max(pre_lengths, dp) / pre_tokens if pre_tokens else 0.0) if dp > 1 else 1.0
         rank_tokens = dec_tokens * dec_share + pre_tokens * pre_share
         last_chunks = sum(1 for w in pre if w.last_chunk)
         logit_tokens = dec_tokens + last_chunks
